@@ -1,0 +1,124 @@
+package cachekey
+
+import (
+	"encoding/binary"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Version is the key layout version, the first byte of every key. Bump it when
+// the layout or any normalisation changes: keys outlive the process (cache
+// files) and must agree between nodes (rendezvous).
+const Version byte = 1
+
+// varyTag precedes every Vary dimension appended by AppendVary.
+const varyTag byte = 'V'
+
+// Parts are the inputs of one key. All byte slices are only read during
+// Append; the caller keeps ownership and may reuse them afterwards.
+type Parts struct {
+	// Namespace is the namespace version, bumped by a namespace purge so
+	// that every older key of the route or tenant becomes unreachable.
+	Namespace uint32
+	// Route is the route name.
+	Route string
+	// Scheme is "http" or "https" (lower-cased by Append).
+	Scheme []byte
+	// Host is the Host as received; Append lower-cases it, drops the
+	// scheme's default port and one trailing dot (see AppendHost).
+	Host []byte
+	// Path is the raw path as received: percent-encoding kept, no
+	// dot-segment removal.
+	Path []byte
+	// Query is the raw query string without '?'; it may be empty.
+	Query []byte
+	// Tenant is empty unless the route is tenant-scoped.
+	Tenant []byte
+	// Headers holds the values for Rules.KeyHeaders, in the same order;
+	// nil or empty means absent. Missing trailing entries count as absent
+	// and extra entries are ignored.
+	Headers [][]byte
+}
+
+// Append appends the canonical key for p under the rules r to dst and returns
+// the extended slice; dst may be a reused buffer (pass buf[:0]). A nil r means
+// no ignored query parameters and no key headers. The byte layout is
+// described in the package documentation.
+//
+// Append is on the hit path: it does not allocate beyond growing dst, for
+// queries of up to 64 parameters.
+func Append(dst []byte, r *Rules, p *Parts) []byte {
+	dst = append(dst, Version)
+	dst = binary.BigEndian.AppendUint32(dst, p.Namespace)
+	dst = binary.AppendUvarint(dst, uint64(len(p.Route)))
+	dst = append(dst, p.Route...)
+	dst = binary.AppendUvarint(dst, uint64(len(p.Scheme)))
+	dst = appendLower(dst, p.Scheme)
+	dst = appendHostField(dst, p.Scheme, p.Host)
+	dst = appendField(dst, p.Path)
+	dst = r.appendQuery(dst, p.Query, true)
+	dst = appendField(dst, p.Tenant)
+	return r.appendHeaders(dst, p.Headers)
+}
+
+// AppendVary appends one Vary dimension, the header name and the request's
+// value, to a primary key produced by Append, giving a variant key. Call it
+// once per name listed by the stored Vary marker, names in sorted lower-case
+// order (the name is lower-cased here too).
+//
+// A nil value means the request lacks the header; a non-nil value, even an
+// empty one, means it is present. The two encode differently (RFC 9111 §4.1:
+// an absent header only matches an absent header). Values are normalised as
+// by AppendValue. The bytes of name and value are only read.
+func AppendVary(dst, name, value []byte) []byte {
+	dst = append(dst, varyTag)
+	dst = binary.AppendUvarint(dst, uint64(len(name)))
+	dst = appendLower(dst, name)
+	if value == nil {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	return appendValueField(dst, value)
+}
+
+// Digest is the 64-bit xxhash (seed 0) of key bytes; it feeds rendezvous
+// hashing in routing.
+func Digest(key []byte) uint64 {
+	return xxhash.Sum64(key)
+}
+
+// appendField appends uvarint(len(b)) ‖ b.
+func appendField(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// appendLower appends b with ASCII letters lower-cased.
+func appendLower(dst, b []byte) []byte {
+	n := len(dst)
+	dst = append(dst, b...)
+	for i, c := range dst[n:] {
+		if 'A' <= c && c <= 'Z' {
+			dst[n+i] = c + 'a' - 'A'
+		}
+	}
+	return dst
+}
+
+// prefixLen turns dst[start:], which is one reserved byte followed by n
+// bytes of payload, into uvarint(n) ‖ payload. It lets a field whose length
+// is only known after writing it be written in one pass; the payload is
+// moved only when n ≥ 128.
+func prefixLen(dst []byte, start int) []byte {
+	n := len(dst) - start - 1
+	if n < 0x80 {
+		dst[start] = byte(n)
+		return dst
+	}
+	var tmp [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(tmp[:], uint64(n))
+	dst = append(dst, tmp[:k-1]...) // grow by k-1
+	copy(dst[start+k:], dst[start+1:start+1+n])
+	copy(dst[start:], tmp[:k])
+	return dst
+}

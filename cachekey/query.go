@@ -1,0 +1,161 @@
+package cachekey
+
+import (
+	"bytes"
+	"encoding/binary"
+	"slices"
+)
+
+// smallParams and stackParams are how many query parameters Append sorts in
+// arrays on the stack: typical queries fit the small array, which is cheap
+// to zero on every call; up to stackParams use a larger one, still without
+// allocating; longer queries allocate.
+const (
+	smallParams = 8
+	stackParams = 64
+)
+
+// param locates one query parameter in the raw query: q[start:end] is the
+// parameter and q[start:nameEnd] its name. prefix holds the first 8 bytes of
+// the name, big-endian and zero-padded, so that most comparisons while
+// sorting are one integer comparison.
+type param struct {
+	prefix              uint64
+	start, nameEnd, end int
+}
+
+// AppendQuery appends the canonical form of the raw query q (without '?'), as
+// it appears in keys, to dst: split on '&', empty and ignored parameters
+// dropped, the rest stably sorted by raw name and joined with '&'. The
+// package documentation gives the exact rules. A nil r drops nothing.
+func (r *Rules) AppendQuery(dst, q []byte) []byte {
+	return r.appendQuery(dst, q, false)
+}
+
+// appendQuery appends the canonical query, as field(query) when field is set.
+func (r *Rules) appendQuery(dst, q []byte, field bool) []byte {
+	// The number of '&' bounds the number of parameters (SIMD-counted).
+	bound := bytes.Count(q, []byte{'&'}) + 1
+	if bound > smallParams {
+		return r.appendQueryLong(dst, q, field, bound)
+	}
+	var stack [smallParams]param
+	return r.appendSorted(dst, q, stack[:0], field)
+}
+
+// appendQueryLong is appendQuery for queries that may hold more than
+// smallParams parameters; it keeps the larger array out of the common
+// path's stack frame.
+//
+//go:noinline
+func (r *Rules) appendQueryLong(dst, q []byte, field bool, bound int) []byte {
+	if bound > stackParams {
+		return r.appendSorted(dst, q, make([]param, 0, bound), field)
+	}
+	var stack [stackParams]param
+	return r.appendSorted(dst, q, stack[:0], field)
+}
+
+// appendSorted collects the kept parameters of q into ps, which must have
+// room for all of them, sorts them and appends them, length-prefixed when
+// field is set.
+func (r *Rules) appendSorted(dst, q []byte, ps []param, field bool) []byte {
+	ps, n := r.params(ps, q)
+	if field {
+		dst = binary.AppendUvarint(dst, uint64(n))
+	}
+	return appendParams(dst, q, ps)
+}
+
+// params appends the kept parameters of q to ps, sorted, and returns them with
+// the length of their canonical form. Up to stackParams parameters are sorted
+// by insertion sort (stable, quick for the short lists of real URLs); longer
+// lists by a merge sort, so a hostile query with thousands of parameters
+// costs O(n log n), not O(n²).
+func (r *Rules) params(ps []param, q []byte) ([]param, int) {
+	n := 0
+	for start := 0; start <= len(q); {
+		end := bytes.IndexByte(q[start:], '&')
+		if end < 0 {
+			end = len(q)
+		} else {
+			end += start
+		}
+		if end > start {
+			nameEnd := bytes.IndexByte(q[start:end], '=')
+			if nameEnd < 0 {
+				nameEnd = end
+			} else {
+				nameEnd += start
+			}
+			if name := q[start:nameEnd]; !r.ignored(name) {
+				ps = append(ps, param{namePrefix(name), start, nameEnd, end})
+				if n > 0 {
+					n++ // the '&' before it
+				}
+				n += end - start
+			}
+		}
+		start = end + 1
+	}
+	if len(ps) <= stackParams {
+		insertionSort(ps, q)
+	} else {
+		slices.SortStableFunc(ps, func(a, b param) int { return compareNames(q, a, b) })
+	}
+	return ps, n
+}
+
+// namePrefix packs the first 8 bytes of name big-endian, zero-padded: prefix
+// order agrees with bytewise order, and equal prefixes need a full compare.
+func namePrefix(name []byte) uint64 {
+	if len(name) >= 8 {
+		return binary.BigEndian.Uint64(name)
+	}
+	var p uint64
+	for i, c := range name {
+		p |= uint64(c) << (56 - 8*i)
+	}
+	return p
+}
+
+// compareNames orders parameters by name, bytewise.
+func compareNames(q []byte, a, b param) int {
+	switch {
+	case a.prefix < b.prefix:
+		return -1
+	case a.prefix > b.prefix:
+		return 1
+	}
+	return bytes.Compare(q[a.start:a.nameEnd], q[b.start:b.nameEnd])
+}
+
+// insertionSort sorts ps by name, stably: an element only moves past strictly
+// greater names.
+func insertionSort(ps []param, q []byte) {
+	for i := 1; i < len(ps); i++ {
+		p := ps[i]
+		j := i
+		for ; j > 0; j-- {
+			prev := &ps[j-1]
+			// compareNames(q, *prev, p) <= 0, with the prefix test inlined.
+			if prev.prefix < p.prefix || prev.prefix == p.prefix &&
+				bytes.Compare(q[prev.start:prev.nameEnd], q[p.start:p.nameEnd]) <= 0 {
+				break
+			}
+			ps[j] = *prev
+		}
+		ps[j] = p
+	}
+}
+
+// appendParams appends the parameters joined with '&'.
+func appendParams(dst, q []byte, ps []param) []byte {
+	for i, p := range ps {
+		if i > 0 {
+			dst = append(dst, '&')
+		}
+		dst = append(dst, q[p.start:p.end]...)
+	}
+	return dst
+}

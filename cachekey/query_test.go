@@ -1,0 +1,86 @@
+package cachekey
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestAppendQuery(t *testing.T) {
+	ignore := []string{"utm_source", "utm_medium", "fbclid"}
+	tests := []struct {
+		name, query, want string
+	}{
+		{"empty", "", ""},
+		{"only separators", "&&&", ""},
+		{"single", "a=1", "a=1"},
+		{"sorted by name", "b=2&a=1&c=3", "a=1&b=2&c=3"},
+		{"empty params dropped", "&b=2&&a=1&", "a=1&b=2"},
+		{"ignored dropped", "utm_source=x&b=2&fbclid=y&a=1&utm_medium=z", "a=1&b=2"},
+		{"all ignored", "utm_source=x&fbclid=y", ""},
+		{"ignored without value", "fbclid&a=1", "a=1"},
+		{"ignored compared raw", "utm%5Fsource=x", "utm%5Fsource=x"},
+		{"ignored case-sensitive", "UTM_SOURCE=x", "UTM_SOURCE=x"},
+		{"ignored name only before =", "a=utm_source", "a=utm_source"},
+		{"duplicates keep order", "a=2&b=1&a=1", "a=2&a=1&b=1"},
+		{"duplicates keep order reversed", "a=1&b=1&a=2", "a=1&a=2&b=1"},
+		{"bare names", "b&a", "a&b"},
+		{"bare name and empty value stay distinct", "a=&a", "a=&a"},
+		{"sort by name, not value", "a=2&a=1", "a=2&a=1"},
+		{"name prefix sorts first", "ab=1&a=2", "a=2&ab=1"},
+		{"semicolon is not a separator", "b=1;a=2&a=3", "a=3&b=1;a=2"},
+		{"values raw", "q=%20x+y&p=%2F", "p=%2F&q=%20x+y"},
+		{"empty name", "=x&a=1", "=x&a=1"},
+		{"bytewise order", "b=1&B=2&_=3", "B=2&_=3&b=1"},
+	}
+	r, err := NewRules(ignore, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := string(r.AppendQuery(nil, []byte(tt.query)))
+			if got != tt.want {
+				t.Errorf("AppendQuery(%q) = %q, want %q", tt.query, got, tt.want)
+			}
+			if ref := refQuery(ignore, tt.query); got != ref {
+				t.Errorf("AppendQuery(%q) = %q, reference %q", tt.query, got, ref)
+			}
+			if again := string(r.AppendQuery(nil, []byte(got))); again != got {
+				t.Errorf("AppendQuery not idempotent: %q → %q → %q", tt.query, got, again)
+			}
+		})
+	}
+}
+
+// TestAppendQueryNilRules checks that nil rules drop nothing but empty
+// parameters.
+func TestAppendQueryNilRules(t *testing.T) {
+	var r *Rules
+	if got, want := string(r.AppendQuery(nil, []byte("utm_source=1&&a=1"))), "a=1&utm_source=1"; got != want {
+		t.Errorf("nil.AppendQuery = %q, want %q", got, want)
+	}
+}
+
+// TestAppendQueryManyParams crosses the stack limit, where sorting switches
+// from insertion sort to a heap merge sort, and checks both agree with the
+// reference, stability included.
+func TestAppendQueryManyParams(t *testing.T) {
+	for _, n := range []int{stackParams - 1, stackParams, stackParams + 1, 5 * stackParams} {
+		var b strings.Builder
+		for i := n; i > 0; i-- {
+			if b.Len() > 0 {
+				b.WriteByte('&')
+			}
+			// Names repeat every 7 so stability matters; values record order.
+			b.WriteString(string(rune('a' + i%7)))
+			b.WriteString("=")
+			b.WriteString(strings.Repeat("x", i%5))
+			b.WriteString(string(rune('A' + i%26)))
+		}
+		q := b.String()
+		got := string((*Rules)(nil).AppendQuery(nil, []byte(q)))
+		if want := refQuery(nil, q); got != want {
+			t.Errorf("n=%d: AppendQuery = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// controlPrefix marks the origin's own endpoints; they are neither counted
+// nor affected by faults, so a test can always read the counters.
+const controlPrefix = "/__origin/"
+
+// Fault modes set by POST /__origin/fault.
+const (
+	modeOK    = "ok"
+	modeError = "error"
+	modeHang  = "hang"
+	modeReset = "reset"
+	modeSlow  = "slow"
+)
+
+// origin is the demo origin's handler and all of its state.
+type origin struct {
+	logger  *slog.Logger
+	started time.Time // default Last-Modified of every path, whole seconds
+
+	stopOnce sync.Once
+	stopped  chan struct{} // closed by stop: hang and slow requests end
+
+	mu          sync.Mutex // guards every field below
+	mode        string
+	total       int64
+	notModified int64
+	byPath      map[string]int64
+	inFlight    int64
+	maxInFlight int64
+	bumps       map[string]int64     // ETag version - 1, per path
+	lastMod     map[string]time.Time // Last-Modified set by bump, per path
+}
+
+func newOrigin(logger *slog.Logger, now time.Time) *origin {
+	return &origin{
+		logger:  logger,
+		started: now.UTC().Truncate(time.Second),
+		stopped: make(chan struct{}),
+		mode:    modeOK,
+		byPath:  make(map[string]int64),
+		bumps:   make(map[string]int64),
+		lastMod: make(map[string]time.Time),
+	}
+}
+
+// stop ends requests that would otherwise never finish, so a graceful
+// shutdown does not wait for them.
+func (o *origin) stop() { o.stopOnce.Do(func() { close(o.stopped) }) }
+
+// ServeHTTP dispatches control endpoints and counts everything else.
+func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, controlPrefix) {
+		o.serveControl(w, r)
+		return
+	}
+	n, mode := o.arrive(r.URL.Path)
+	defer o.leave()
+	switch mode {
+	case modeError:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "fault mode error"})
+	case modeHang:
+		o.hang(r)
+	case modeReset:
+		o.reset(w)
+	default:
+		o.serveResource(w, r, n, mode == modeSlow)
+	}
+}
+
+// arrive counts a request for path and returns its per-path number and
+// the fault mode in force when it arrived.
+func (o *origin) arrive(path string) (n int64, mode string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.total++
+	o.byPath[path]++
+	o.inFlight++
+	o.maxInFlight = max(o.maxInFlight, o.inFlight)
+	return o.byPath[path], o.mode
+}
+
+func (o *origin) leave() {
+	o.mu.Lock()
+	o.inFlight--
+	o.mu.Unlock()
+}
+
+func (o *origin) countNotModified() {
+	o.mu.Lock()
+	o.notModified++
+	o.mu.Unlock()
+}
+
+// validators returns the current ETag version and Last-Modified of path.
+func (o *origin) validators(path string) (version int64, lastMod time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	lm, ok := o.lastMod[path]
+	if !ok {
+		lm = o.started
+	}
+	return o.bumps[path] + 1, lm
+}

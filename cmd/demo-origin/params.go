@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// defaultCacheControl is sent when the request has no cc parameter: a
+// response every shared cache may store for a minute.
+const defaultCacheControl = "public, max-age=60"
+
+// Bounds on the shaping parameters: the origin is a test tool, and a typo
+// must not make it sleep for a day or allocate a gigabyte.
+const (
+	maxDelay = time.Minute
+	maxSize  = 64 << 20
+)
+
+// params is the parsed response-shaping query of one request.
+type params struct {
+	cacheControl string // "" with setCC means: send no Cache-Control
+	setCC        bool
+	status       int
+	delay        time.Duration
+	size         int // -1: natural JSON size
+	vary         []string
+	setCookie    bool
+	etag         bool
+	lastModified bool
+	expires      time.Duration
+	setExpires   bool
+	chunked      bool
+}
+
+// parseParams reads the shaping parameters; unknown parameters are
+// ignored (they still make a distinct URL for the cache).
+func parseParams(q url.Values) (params, error) {
+	p := params{cacheControl: defaultCacheControl, setCC: true, status: http.StatusOK, size: -1}
+	if v, ok := q["cc"]; ok {
+		p.cacheControl = v[0]
+		p.setCC = v[0] != ""
+	}
+	var err error
+	if v := q.Get("status"); v != "" {
+		if p.status, err = intIn(v, 200, 599); err != nil {
+			return p, fmt.Errorf("status: %w", err)
+		}
+	}
+	if v := q.Get("delay"); v != "" {
+		ms, err := intIn(v, 0, int(maxDelay/time.Millisecond))
+		if err != nil {
+			return p, fmt.Errorf("delay: %w", err)
+		}
+		p.delay = time.Duration(ms) * time.Millisecond
+	}
+	if v := q.Get("size"); v != "" {
+		if p.size, err = intIn(v, 0, maxSize); err != nil {
+			return p, fmt.Errorf("size: %w", err)
+		}
+	}
+	if v := q.Get("vary"); v != "" {
+		for name := range strings.SplitSeq(v, ",") {
+			name = strings.TrimSpace(name)
+			if !isToken(name) {
+				return p, fmt.Errorf("vary: %q is not a header name", name)
+			}
+			p.vary = append(p.vary, http.CanonicalHeaderKey(name))
+		}
+	}
+	if v := q.Get("expires"); v != "" {
+		secs, err := intIn(v, -1e9, 1e9)
+		if err != nil {
+			return p, fmt.Errorf("expires: %w", err)
+		}
+		p.expires, p.setExpires = time.Duration(secs)*time.Second, true
+	}
+	p.setCookie = q.Get("setcookie") == "1"
+	p.etag = q.Get("etag") == "1"
+	p.lastModified = q.Get("lm") == "1"
+	p.chunked = q.Get("chunked") == "1"
+	return p, nil
+}
+
+func intIn(s string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, err
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%d outside [%d, %d]", n, lo, hi)
+	}
+	return n, nil
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token, the syntax of
+// a header field name.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

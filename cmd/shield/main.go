@@ -1,0 +1,171 @@
+// Command shield runs the caching shield: a public listener that proxies
+// and caches, and an admin listener for metrics and health.
+//
+//	shield -config shield.yaml        run
+//	shield -check-config shield.yaml  validate and exit (0 = valid)
+//
+// Signals: SIGTERM/SIGINT drain in-flight requests (bounded by
+// server.drain_timeout), save the cache when cache.path is set, and exit
+// 0; SIGHUP reloads the configuration file (a bad file is rejected and
+// the running configuration stays).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("shield", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "configuration file (YAML)")
+	checkPath := fs.String("check-config", "", "validate this configuration file and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *checkPath != "" {
+		if _, err := config.Load(*checkPath); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "%s: ok\n", *checkPath)
+		return 0
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(os.Stderr, "shield: -config FILE is required (or -check-config FILE)")
+		fs.Usage()
+		return 2
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	logger := newLogger(cfg.Log)
+	if err := serve(*cfgPath, cfg, logger); err != nil {
+		logger.Error("shield stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(c config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// serve runs the listeners until a termination signal, then drains.
+func serve(path string, cfg *config.Config, logger *slog.Logger) error {
+	p, err := proxy.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	pub := &fasthttp.Server{
+		Handler:      p.Handler(),
+		ReadTimeout:  cfg.Server.ReadTimeout,
+		WriteTimeout: cfg.Server.WriteTimeout,
+		IdleTimeout:  cfg.Server.IdleTimeout,
+		// ReadBufferSize bounds the request line and headers.
+		ReadBufferSize:     int(cfg.Server.MaxHeaderSize),
+		MaxRequestBodySize: int(cfg.Server.MaxBodySize),
+		// Server comes from the origin or the cached entry. Date is
+		// fasthttp's (the time of sending, cached per second): fasthttp
+		// manages Date itself and ignores a Date set by the handler, so
+		// a cached answer carries the current Date and its Age.
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		Logger:                       slogPrinter{logger},
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- pub.Serve(ln) }()
+
+	var admin *fasthttp.Server
+	if cfg.Admin.Listen != "off" {
+		admin = &fasthttp.Server{Handler: p.AdminHandler(), Name: "shield-admin", ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+		aln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			_ = pub.Shutdown()
+			return fmt.Errorf("listen admin %s: %w", cfg.Admin.Listen, err)
+		}
+		go func() { errc <- admin.Serve(aln) }()
+	}
+	p.SetReady(true)
+	logger.Info("shield serving", "listen", cfg.Listen, "admin", cfg.Admin.Listen)
+
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("listener: %w", err)
+		case sig := <-sigc:
+			if sig == syscall.SIGHUP {
+				reload(path, p, logger)
+				continue
+			}
+			logger.Info("draining", "signal", sig.String(), "timeout", cfg.Server.DrainTimeout.String())
+			p.SetReady(false)
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
+			err := pub.ShutdownWithContext(ctx)
+			cancel()
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				logger.Warn("drain", "err", err)
+			}
+			if admin != nil {
+				_ = admin.Shutdown()
+			}
+			if err := p.Close(); err != nil {
+				logger.Error("saving cache", "err", err)
+			}
+			logger.Info("stopped")
+			return nil
+		}
+	}
+}
+
+// reload validates the file and swaps it in; a bad file changes nothing.
+func reload(path string, p *proxy.Proxy, logger *slog.Logger) {
+	cfg, err := config.Load(path)
+	if err == nil {
+		err = p.Apply(cfg)
+	}
+	if err != nil {
+		logger.Error("reload rejected, keeping the running configuration", "err", err)
+		return
+	}
+	logger.Info("configuration reloaded", "path", path)
+}
+
+// slogPrinter adapts fasthttp's Logger to slog.
+type slogPrinter struct{ l *slog.Logger }
+
+func (s slogPrinter) Printf(format string, args ...any) {
+	s.l.Warn(fmt.Sprintf(format, args...), "component", "http")
+}

@@ -1,0 +1,151 @@
+// Package config holds shield's YAML schema: strict decoding (unknown keys are
+// errors), ${ENV} expansion in string values, defaults, and validation whose
+// errors name the file, line and field.
+//
+// The types here are plain data: durations are time.Duration, sizes are
+// Size (bytes). Packages that consume configuration (proxy, routing,
+// admission, breaker) turn these values into their runtime form once, at
+// start or reload; nothing here is read on the request path.
+package config
+
+import "time"
+
+// Config is the whole file.
+type Config struct {
+	// Listen is the public listener address, e.g. "127.0.0.1:8080". Required.
+	Listen string `yaml:"listen"`
+	// Admin is the admin listener (/metrics, /healthz, /readyz).
+	Admin Admin `yaml:"admin"`
+	// Log chooses the log level and format.
+	Log Log `yaml:"log"`
+	// Server holds the public listener's limits and timeouts.
+	Server Server `yaml:"server"`
+	// Cache sizes the store and sets cache-wide behaviour.
+	Cache Cache `yaml:"cache"`
+	// Origins by name. At least one is required.
+	Origins map[string]*Origin `yaml:"origins"`
+	// Routes are matched in order: the first route whose host and path
+	// prefix match a request wins. At least one is required.
+	Routes []*Route `yaml:"routes"`
+}
+
+// Admin is the admin listener. It serves operators only: keep it on
+// loopback or a management network.
+type Admin struct {
+	// Listen defaults to "127.0.0.1:9091". "off" disables the listener.
+	Listen string `yaml:"listen"`
+}
+
+// Log configures log/slog.
+type Log struct {
+	// Level is debug, info (default), warn or error.
+	Level string `yaml:"level"`
+	// Format is text (default) or json.
+	Format string `yaml:"format"`
+}
+
+// Server holds the public listener's limits. Every value has a bounded
+// default; zero or negative values are rejected rather than meaning
+// "unlimited".
+type Server struct {
+	// ReadTimeout bounds reading one request (headers and body). Default 10s.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds writing one response. Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// IdleTimeout bounds keep-alive idle time. Default 60s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderSize bounds the request header block. Default 16KiB.
+	MaxHeaderSize Size `yaml:"max_header_size"`
+	// MaxBodySize bounds request bodies. Default 4MiB.
+	MaxBodySize Size `yaml:"max_body_size"`
+	// DrainTimeout bounds the wait for in-flight requests on SIGTERM.
+	// Default 15s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// Cache sizes the shared store.
+type Cache struct {
+	// Size is the fastcache capacity. Default 512MiB; minimum 32MiB
+	// (fastcache allocates 512 buckets of 64KiB chunks).
+	Size Size `yaml:"size"`
+	// MaxObjectSize: responses larger than this stream through uncached.
+	// Default 8MiB; at most Size/8.
+	MaxObjectSize Size `yaml:"max_object_size"`
+	// Path, when set, is where the cache is saved on clean shutdown and
+	// loaded from at start. A missing or corrupt file starts empty.
+	Path string `yaml:"path"`
+	// HitForMiss is how long a key whose response was not storable skips
+	// coalescing and goes straight to the origin. Default 10s; 0 disables.
+	HitForMiss time.Duration `yaml:"hit_for_miss"`
+	// MaxWaiters bounds the requests waiting on one in-flight fetch; the
+	// rest fetch on their own. Default 1024.
+	MaxWaiters int `yaml:"max_waiters"`
+	// WaitTimeout bounds how long a waiter waits for the fetch it joined
+	// before it answers 504. Default: the origin timeout.
+	WaitTimeout time.Duration `yaml:"wait_timeout"`
+}
+
+// Origin is one upstream service.
+type Origin struct {
+	// Servers are host:port addresses. Required.
+	Servers []string `yaml:"servers"`
+	// Timeout bounds one fetch (connect, write, read of the response).
+	// Default 5s.
+	Timeout time.Duration `yaml:"timeout"`
+	// ConnectTimeout bounds the TCP dial. Default 1s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// MaxConcurrency bounds in-flight fetches to this origin per node.
+	// Default 256.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxResponseHeaderSize bounds a response header block. Default 64KiB.
+	MaxResponseHeaderSize Size `yaml:"max_response_header_size"`
+}
+
+// Route maps requests to an origin and a cache policy.
+type Route struct {
+	// Name identifies the route in metrics and cache keys. Required,
+	// unique, [a-z0-9_-]+.
+	Name string `yaml:"name"`
+	// Hosts are exact host names (case-insensitive, without port), or "*"
+	// for any host. Required.
+	Hosts []string `yaml:"hosts"`
+	// PathPrefix must start with "/". Default "/".
+	PathPrefix string `yaml:"path_prefix"`
+	// Origin names an entry of Config.Origins. Required.
+	Origin string `yaml:"origin"`
+	// Cache is the route's cache policy.
+	Cache RouteCache `yaml:"cache"`
+}
+
+// RouteCache is a route's cache policy.
+type RouteCache struct {
+	// Disabled passes every request through uncached.
+	Disabled bool `yaml:"disabled"`
+	// DefaultTTL is the freshness lifetime for storable responses that
+	// carry no explicit freshness (no s-maxage, max-age or Expires). It
+	// takes precedence over heuristic freshness. Default 0 (use the RFC
+	// 9111 heuristic where allowed).
+	DefaultTTL time.Duration `yaml:"default_ttl"`
+	// IgnoreQuery lists query parameter names dropped from the cache key
+	// (e.g. utm_source). They are still forwarded to the origin.
+	IgnoreQuery []string `yaml:"ignore_query"`
+	// KeyHeaders lists request headers whose values are part of the key.
+	KeyHeaders []string `yaml:"key_headers"`
+	// StaleWhileRevalidate is the default RFC 5861 window when the origin
+	// gives none. Default 0.
+	StaleWhileRevalidate time.Duration `yaml:"stale_while_revalidate"`
+	// StaleIfError is the default RFC 5861 window when the origin gives
+	// none. Default 0.
+	StaleIfError time.Duration `yaml:"stale_if_error"`
+	// MaxStale caps both stale windows, whatever the origin says.
+	// Default 1h.
+	MaxStale time.Duration `yaml:"max_stale"`
+	// AllowSetCookie stores responses that carry Set-Cookie (the header
+	// is stored and replayed). Default false: such responses are never
+	// stored or shared.
+	AllowSetCookie bool `yaml:"allow_set_cookie"`
+}
+
+// Size is a byte count. In YAML it is an integer or a string with a unit:
+// B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).
+type Size int64

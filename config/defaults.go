@@ -1,0 +1,87 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults, as documented on the Config types.
+const (
+	defaultAdminListen = "127.0.0.1:9091"
+	defaultLogLevel    = "info"
+	defaultLogFormat   = "text"
+
+	defaultReadTimeout   = 10 * time.Second
+	defaultWriteTimeout  = 30 * time.Second
+	defaultIdleTimeout   = 60 * time.Second
+	defaultMaxHeaderSize = 16 * KiB
+	defaultMaxBodySize   = 4 * MiB
+	defaultDrainTimeout  = 15 * time.Second
+
+	defaultCacheSize     = 512 * MiB
+	defaultMaxObjectSize = 8 * MiB
+	defaultHitForMiss    = 10 * time.Second
+	defaultMaxWaiters    = 1024
+
+	defaultOriginTimeout         = 5 * time.Second
+	defaultConnectTimeout        = 1 * time.Second
+	defaultMaxConcurrency        = 256
+	defaultMaxResponseHeaderSize = 64 * KiB
+
+	defaultPathPrefix = "/"
+	defaultMaxStale   = time.Hour
+)
+
+// setDefault stores v in *p unless the setting was present in the file. A
+// present zero is kept: either it means something (hit_for_miss: 0
+// disables hit-for-miss) or validation rejects it, so a typo'd 0 never
+// silently becomes the default.
+func setDefault[T any](p *T, present bool, v T) {
+	if !present {
+		*p = v
+	}
+}
+
+// applyDefaults fills every setting absent from the file; has reports
+// whether the setting at a field path was present.
+func applyDefaults(c *Config, has func(path string) bool) {
+	setDefault(&c.Admin.Listen, has("admin.listen"), defaultAdminListen)
+	setDefault(&c.Log.Level, has("log.level"), defaultLogLevel)
+	setDefault(&c.Log.Format, has("log.format"), defaultLogFormat)
+
+	s := &c.Server
+	setDefault(&s.ReadTimeout, has("server.read_timeout"), defaultReadTimeout)
+	setDefault(&s.WriteTimeout, has("server.write_timeout"), defaultWriteTimeout)
+	setDefault(&s.IdleTimeout, has("server.idle_timeout"), defaultIdleTimeout)
+	setDefault(&s.MaxHeaderSize, has("server.max_header_size"), defaultMaxHeaderSize)
+	setDefault(&s.MaxBodySize, has("server.max_body_size"), defaultMaxBodySize)
+	setDefault(&s.DrainTimeout, has("server.drain_timeout"), defaultDrainTimeout)
+
+	longest := time.Duration(0)
+	for name, o := range c.Origins {
+		p := join("origins", name)
+		setDefault(&o.Timeout, has(p+".timeout"), defaultOriginTimeout)
+		setDefault(&o.ConnectTimeout, has(p+".connect_timeout"), defaultConnectTimeout)
+		setDefault(&o.MaxConcurrency, has(p+".max_concurrency"), defaultMaxConcurrency)
+		setDefault(&o.MaxResponseHeaderSize, has(p+".max_response_header_size"), defaultMaxResponseHeaderSize)
+		longest = max(longest, o.Timeout)
+	}
+	if longest <= 0 {
+		longest = defaultOriginTimeout
+	}
+
+	ca := &c.Cache
+	setDefault(&ca.Size, has("cache.size"), defaultCacheSize)
+	setDefault(&ca.MaxObjectSize, has("cache.max_object_size"), defaultMaxObjectSize)
+	setDefault(&ca.HitForMiss, has("cache.hit_for_miss"), defaultHitForMiss)
+	setDefault(&ca.MaxWaiters, has("cache.max_waiters"), defaultMaxWaiters)
+	// A waiter should not give up before the fetch it joined can: wait as
+	// long as the slowest origin's timeout.
+	setDefault(&ca.WaitTimeout, has("cache.wait_timeout"), longest)
+
+	for i, r := range c.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		setDefault(&r.PathPrefix, has(p+".path_prefix"), defaultPathPrefix)
+		setDefault(&r.Cache.MaxStale, has(p+".cache.max_stale"), defaultMaxStale)
+	}
+}

@@ -1,0 +1,358 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// nameRE is the syntax of origin and route names: they end up in metric
+// labels and cache keys, so they are kept boring.
+var nameRE = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// minCacheSize is fastcache's floor: it always allocates 512 buckets of at
+// least one 64KiB chunk each.
+const minCacheSize = 32 * MiB
+
+// at returns the node to blame for path: its own value node, or that of
+// the nearest ancestor present in the file (the root mapping at worst).
+func (d *decoder) at(path string) (line, col int) {
+	for {
+		if n := d.nodes[path]; n != nil {
+			return n.Line, n.Column
+		}
+		if path == "" {
+			return 1, 1
+		}
+		i := max(strings.LastIndexByte(path, '.'), strings.LastIndexByte(path, '['))
+		path = path[:max(i, 0)]
+	}
+}
+
+func (d *decoder) has(path string) bool { return d.nodes[path] != nil }
+
+// problem records a validation error at path.
+func (d *decoder) problem(path, format string, args ...any) {
+	line, col := d.at(path)
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Column: col, Field: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// validate checks c (already defaulted) and records every problem.
+func (d *decoder) validate(c *Config) {
+	switch {
+	case c.Listen == "":
+		d.problem("listen", "required: the public listener address, e.g. \"127.0.0.1:8080\"")
+	default:
+		d.checkListen("listen", c.Listen)
+	}
+	if c.Admin.Listen != "off" {
+		d.checkListen("admin.listen", c.Admin.Listen)
+		if c.Admin.Listen == c.Listen && c.Listen != "" {
+			d.problem("admin.listen", "must differ from listen (%q), or be \"off\"", c.Listen)
+		}
+	}
+	d.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	d.oneOf("log.format", c.Log.Format, "text", "json")
+
+	d.positive("server.read_timeout", c.Server.ReadTimeout)
+	d.positive("server.write_timeout", c.Server.WriteTimeout)
+	d.positive("server.idle_timeout", c.Server.IdleTimeout)
+	d.positive("server.drain_timeout", c.Server.DrainTimeout)
+	d.positiveSize("server.max_header_size", c.Server.MaxHeaderSize)
+	d.positiveSize("server.max_body_size", c.Server.MaxBodySize)
+
+	d.validateCache(&c.Cache)
+	d.validateOrigins(c.Origins)
+	d.validateRoutes(c)
+}
+
+func (d *decoder) validateCache(c *Cache) {
+	if c.Size < minCacheSize {
+		d.problem("cache.size", "must be at least %v (fastcache's minimum), got %v", minCacheSize, c.Size)
+	}
+	switch {
+	case c.MaxObjectSize <= 0:
+		d.problem("cache.max_object_size", "must be positive, got %v", c.MaxObjectSize)
+	case c.Size >= minCacheSize && c.MaxObjectSize > c.Size/8:
+		d.problem("cache.max_object_size", "must be at most cache.size/8 = %v, got %v", c.Size/8, c.MaxObjectSize)
+	}
+	d.nonNegative("cache.hit_for_miss", c.HitForMiss)
+	if c.MaxWaiters < 1 {
+		d.problem("cache.max_waiters", "must be at least 1, got %d", c.MaxWaiters)
+	}
+	d.positive("cache.wait_timeout", c.WaitTimeout)
+}
+
+func (d *decoder) validateOrigins(origins map[string]*Origin) {
+	if len(origins) == 0 {
+		d.problem("origins", "at least one origin is required")
+		return
+	}
+	for _, name := range sortedKeys(origins) {
+		o, p := origins[name], join("origins", name)
+		if !nameRE.MatchString(name) {
+			d.problem(p, "origin name %q must match [a-z0-9_-]+", name)
+		}
+		if len(o.Servers) == 0 {
+			d.problem(p+".servers", "at least one server (host:port) is required")
+		}
+		seen := make(map[string]int, len(o.Servers))
+		for i, s := range o.Servers {
+			sp := fmt.Sprintf("%s.servers[%d]", p, i)
+			if j, dup := seen[s]; dup {
+				d.problem(sp, "duplicate of servers[%d]", j)
+				continue
+			}
+			seen[s] = i
+			if msg := checkServer(s); msg != "" {
+				d.problem(sp, "%s", msg)
+			}
+		}
+		d.positive(p+".timeout", o.Timeout)
+		d.positive(p+".connect_timeout", o.ConnectTimeout)
+		if o.MaxConcurrency < 1 {
+			d.problem(p+".max_concurrency", "must be at least 1, got %d", o.MaxConcurrency)
+		}
+		d.positiveSize(p+".max_response_header_size", o.MaxResponseHeaderSize)
+	}
+}
+
+func (d *decoder) validateRoutes(c *Config) {
+	if len(c.Routes) == 0 {
+		d.problem("routes", "at least one route is required")
+		return
+	}
+	names := make(map[string]int, len(c.Routes))
+	for i, r := range c.Routes {
+		p := fmt.Sprintf("routes[%d]", i)
+		switch j, dup := names[r.Name]; {
+		case r.Name == "":
+			d.problem(p+".name", "required: a name for metrics and cache keys, matching [a-z0-9_-]+")
+		case !nameRE.MatchString(r.Name):
+			d.problem(p+".name", "route name %q must match [a-z0-9_-]+", r.Name)
+		case dup:
+			d.problem(p+".name", "duplicate route name %q (also routes[%d])", r.Name, j)
+		default:
+			names[r.Name] = i
+		}
+		if len(r.Hosts) == 0 {
+			d.problem(p+".hosts", "at least one host is required (\"*\" matches any host)")
+		}
+		for k, h := range r.Hosts {
+			if msg := checkHost(h); msg != "" {
+				d.problem(fmt.Sprintf("%s.hosts[%d]", p, k), "%s", msg)
+			}
+		}
+		switch {
+		case !strings.HasPrefix(r.PathPrefix, "/"):
+			d.problem(p+".path_prefix", "must start with \"/\", got %q", r.PathPrefix)
+		case strings.ContainsAny(r.PathPrefix, "?#"):
+			d.problem(p+".path_prefix", "must be a path, without query or fragment, got %q", r.PathPrefix)
+		}
+		switch {
+		case r.Origin == "":
+			d.problem(p+".origin", "required: the name of an entry in origins")
+		case c.Origins[r.Origin] == nil:
+			d.problem(p+".origin", "unknown origin %q%s", r.Origin, known(c.Origins))
+		}
+		d.validateRouteCache(p+".cache", &r.Cache)
+	}
+	d.checkShadowing(c.Routes)
+}
+
+func (d *decoder) validateRouteCache(p string, rc *RouteCache) {
+	d.nonNegative(p+".default_ttl", rc.DefaultTTL)
+	d.nonNegative(p+".stale_while_revalidate", rc.StaleWhileRevalidate)
+	d.nonNegative(p+".stale_if_error", rc.StaleIfError)
+	d.nonNegative(p+".max_stale", rc.MaxStale)
+	for i, q := range rc.IgnoreQuery {
+		if q == "" {
+			d.problem(fmt.Sprintf("%s.ignore_query[%d]", p, i), "query parameter name must not be empty")
+		}
+	}
+	for i, h := range rc.KeyHeaders {
+		if !isToken(h) {
+			d.problem(fmt.Sprintf("%s.key_headers[%d]", p, i), "%q is not a valid header name", h)
+		}
+	}
+}
+
+// checkShadowing reports routes that can never match. Routes match in
+// order, so route j is dead when every host it lists is already matched by
+// an earlier route whose path prefix covers j's: any request for j would
+// be taken by that earlier route. A "*" host of j is covered only by an
+// earlier "*". A prefix covers another only at a segment boundary ("/api"
+// covers "/api" and "/api/v2", not "/apiv2"), so the check holds whether
+// routing matches prefixes by bytes or by segments.
+func (d *decoder) checkShadowing(routes []*Route) {
+	for j, r := range routes {
+		if len(r.Hosts) == 0 || !strings.HasPrefix(r.PathPrefix, "/") {
+			continue
+		}
+		var by []string
+		dead := true
+		for _, h := range r.Hosts {
+			i := slices.IndexFunc(routes[:j], func(e *Route) bool {
+				return coversPrefix(e.PathPrefix, r.PathPrefix) &&
+					(slices.Contains(e.Hosts, "*") || slices.Contains(e.Hosts, h))
+			})
+			if i < 0 {
+				dead = false
+				break
+			}
+			if name := fmt.Sprintf("routes[%d] (%q)", i, routes[i].Name); !slices.Contains(by, name) {
+				by = append(by, name)
+			}
+		}
+		if dead {
+			d.problem(fmt.Sprintf("routes[%d]", j), "route %q can never match: every request for its hosts and path prefix %q is taken first by %s",
+				r.Name, r.PathPrefix, strings.Join(by, ", "))
+		}
+	}
+}
+
+// coversPrefix reports whether every path under prefix b is also under a,
+// at a segment boundary.
+func coversPrefix(a, b string) bool {
+	if !strings.HasPrefix(b, a) || !strings.HasPrefix(a, "/") {
+		return false
+	}
+	return len(a) == len(b) || strings.HasSuffix(a, "/") || b[len(a)] == '/'
+}
+
+// checkListen checks a listener address: host:port with a numeric port (0
+// picks a free port); the host may be empty for all interfaces.
+func (d *decoder) checkListen(path, addr string) {
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case strings.Contains(addr, "://"):
+		d.problem(path, "must be host:port without a scheme, got %q", addr)
+	case err != nil:
+		d.problem(path, "must be host:port, e.g. \"127.0.0.1:8080\", got %q", addr)
+	case strings.ContainsAny(host, " /"):
+		d.problem(path, "invalid host %q", host)
+	case !validPort(port, 0):
+		d.problem(path, "port %q must be a number from 0 to 65535", port)
+	}
+}
+
+// checkServer checks an origin address; it returns "" when s is fine.
+func checkServer(s string) string {
+	if strings.Contains(s, "://") {
+		return fmt.Sprintf("must be host:port without a scheme, got %q", s)
+	}
+	host, port, err := net.SplitHostPort(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("must be host:port, e.g. \"10.0.0.5:8080\", got %q", s)
+	case host == "":
+		return fmt.Sprintf("host is empty in %q", s)
+	case strings.ContainsAny(host, " /"):
+		return fmt.Sprintf("invalid host %q", host)
+	case !validPort(port, 1):
+		return fmt.Sprintf("port %q must be a number from 1 to 65535", port)
+	}
+	return ""
+}
+
+func validPort(port string, lowest int) bool {
+	if port == "" || strings.TrimLeft(port, "0123456789") != "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= lowest && n <= 65535
+}
+
+// checkHost checks a route host (already lower-cased); "" means fine.
+func checkHost(h string) string {
+	switch {
+	case h == "*":
+		return ""
+	case h == "":
+		return "host must not be empty"
+	case strings.Contains(h, "://") || strings.Contains(h, "/"):
+		return fmt.Sprintf("host %q must be a bare host name, without scheme or path", h)
+	case strings.Contains(h, "*"):
+		return fmt.Sprintf("host %q: the only wildcard is a lone \"*\" (any host)", h)
+	case strings.HasPrefix(h, "["):
+		ip := net.ParseIP(strings.TrimSuffix(h[1:], "]"))
+		if !strings.HasSuffix(h, "]") || ip == nil || ip.To4() != nil {
+			return fmt.Sprintf("host %q: write an IPv6 address as [addr], without port", h)
+		}
+		return ""
+	case strings.Contains(h, ":"):
+		return fmt.Sprintf("host %q must not include a port", h)
+	case len(h) > 253:
+		return fmt.Sprintf("host %q is longer than 253 bytes", h)
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
+		if label == "" {
+			return fmt.Sprintf("host %q has an empty label", h)
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return fmt.Sprintf("host %q: invalid character %q (internationalised names must be written in punycode)", h, c)
+			}
+		}
+	}
+	return ""
+}
+
+// isToken reports whether s is an RFC 9110 token, the syntax of header names.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) oneOf(path, v string, allowed ...string) {
+	if !slices.Contains(allowed, v) {
+		d.problem(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+}
+
+func (d *decoder) positive(path string, v time.Duration) {
+	if v <= 0 {
+		d.problem(path, "must be positive, got %v", v)
+	}
+}
+
+func (d *decoder) nonNegative(path string, v time.Duration) {
+	if v < 0 {
+		d.problem(path, "must not be negative, got %v", v)
+	}
+}
+
+func (d *decoder) positiveSize(path string, v Size) {
+	if v <= 0 {
+		d.problem(path, "must be positive, got %v", v)
+	}
+}
+
+// known lists the defined origin names for an "unknown origin" message.
+func known(origins map[string]*Origin) string {
+	if len(origins) == 0 {
+		return " (no origins are defined)"
+	}
+	return " (defined: " + strings.Join(sortedKeys(origins), ", ") + ")"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,214 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Entry layout (format version 1). The body comes first so that a HIT can
+// hand the fetched buffer, truncated to the body, straight to the response
+// (fasthttp SwapBody) without copying it:
+//
+//	body    [bodyLen]byte
+//	meta    [metaLen]byte
+//	footer  metaLen uint32 | bodyLen uint32 | checksum uint64   (little-endian, 16 bytes)
+//
+// checksum is xxhash64 of body‖meta. meta is:
+//
+//	magic "SHE" | version uint8 | kind uint8 | status uint16
+//	storedAt int64 (unix ns, the response time) | initialAge int64 (ns)
+//	lifetime int64 (ns) | swr int64 (ns) | sie int64 (ns) | keyDigest uint64
+//	etag        uvarint len | bytes
+//	lastModified uvarint len | bytes
+//	vary        uvarint count | count × (uvarint len | lower-case name)
+//	headers     uvarint count | count × (uvarint len | name | uvarint len | value)
+//
+// A vary marker (kindVary) has no body and no headers; its storedAt is the
+// instant from which variants are valid: a variant stored before its
+// marker was written is ignored, so deleting or rewriting the marker
+// invalidates every variant at once. A hit-for-miss record (kindHitForMiss)
+// says the key's last response could not be shared; its lifetime is how
+// long requests skip the coalescing queue.
+//
+// Anything that does not parse exactly — short buffer, wrong magic,
+// unknown version, bad checksum, lengths that disagree — is errCorrupt,
+// which callers treat as a miss.
+const (
+	entryVersion = 1
+	footerLen    = 16
+	// magic, version, kind, status, five int64 fields, digest, and the
+	// four length/count prefixes (at least one byte each).
+	fixedMetaLen = 3 + 1 + 1 + 2 + 8*5 + 8 + 4
+)
+
+type entryKind uint8
+
+const (
+	kindResponse entryKind = iota + 1
+	kindVary
+	kindHitForMiss
+)
+
+var errCorrupt = errors.New("proxy: corrupt cache entry")
+
+// entry is a decoded cache entry. Its slices point into the buffer it was
+// decoded from and are valid as long as that buffer is.
+type entry struct {
+	kind       entryKind
+	status     int
+	storedAt   int64 // unix ns
+	initialAge int64 // ns
+	lifetime   int64 // ns
+	swr        int64 // ns
+	sie        int64 // ns
+	keyDigest  uint64
+
+	etag         []byte
+	lastModified []byte
+	body         []byte
+
+	varyRaw     []byte // encoded vary section: count, then names
+	headersRaw  []byte // encoded headers section: count, then pairs
+	varyCount   int
+	headerCount int
+}
+
+// header is a name/value pair to encode.
+type header struct{ k, v []byte }
+
+// appendEntry encodes e (its body, validators and timing fields) with the
+// given vary names and headers, appending to dst.
+func appendEntry(dst []byte, e *entry, vary [][]byte, headers []header) []byte {
+	start := len(dst)
+	dst = append(dst, e.body...)
+	metaStart := len(dst)
+	dst = append(dst, 'S', 'H', 'E', entryVersion, byte(e.kind))
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.status))
+	for _, v := range [...]int64{e.storedAt, e.initialAge, e.lifetime, e.swr, e.sie} {
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
+	}
+	dst = binary.LittleEndian.AppendUint64(dst, e.keyDigest)
+	dst = appendBytes(dst, e.etag)
+	dst = appendBytes(dst, e.lastModified)
+	dst = binary.AppendUvarint(dst, uint64(len(vary)))
+	for _, v := range vary {
+		dst = appendBytes(dst, v)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(headers)))
+	for _, h := range headers {
+		dst = appendBytes(dst, h.k)
+		dst = appendBytes(dst, h.v)
+	}
+	metaLen := len(dst) - metaStart
+	sum := xxhash.Sum64(dst[start:])
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(metaLen))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.body)))
+	dst = binary.LittleEndian.AppendUint64(dst, sum)
+	return dst
+}
+
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// decodeEntry parses b into e without allocating. e's slices alias b.
+func decodeEntry(b []byte, e *entry) error {
+	if len(b) < footerLen+fixedMetaLen {
+		return errCorrupt
+	}
+	f := b[len(b)-footerLen:]
+	metaLen := int(binary.LittleEndian.Uint32(f[0:4]))
+	bodyLen := int(binary.LittleEndian.Uint32(f[4:8]))
+	sum := binary.LittleEndian.Uint64(f[8:16])
+	payload := b[:len(b)-footerLen]
+	if metaLen < fixedMetaLen || bodyLen < 0 || metaLen+bodyLen != len(payload) {
+		return errCorrupt
+	}
+	if xxhash.Sum64(payload) != sum {
+		return errCorrupt
+	}
+	m := payload[bodyLen:]
+	if m[0] != 'S' || m[1] != 'H' || m[2] != 'E' || m[3] != entryVersion {
+		return errCorrupt
+	}
+	*e = entry{}
+	e.kind = entryKind(m[4])
+	if e.kind < kindResponse || e.kind > kindHitForMiss {
+		return errCorrupt
+	}
+	e.status = int(binary.LittleEndian.Uint16(m[5:7]))
+	p := m[7:]
+	e.storedAt = int64(binary.LittleEndian.Uint64(p[0:]))
+	e.initialAge = int64(binary.LittleEndian.Uint64(p[8:]))
+	e.lifetime = int64(binary.LittleEndian.Uint64(p[16:]))
+	e.swr = int64(binary.LittleEndian.Uint64(p[24:]))
+	e.sie = int64(binary.LittleEndian.Uint64(p[32:]))
+	e.keyDigest = binary.LittleEndian.Uint64(p[40:])
+	p = p[48:]
+	var ok bool
+	if e.etag, p, ok = readBytes(p); !ok {
+		return errCorrupt
+	}
+	if e.lastModified, p, ok = readBytes(p); !ok {
+		return errCorrupt
+	}
+	if e.varyCount, e.varyRaw, p, ok = readList(p, 1); !ok {
+		return errCorrupt
+	}
+	if e.headerCount, e.headersRaw, p, ok = readList(p, 2); !ok {
+		return errCorrupt
+	}
+	if len(p) != 0 {
+		return errCorrupt
+	}
+	e.body = payload[:bodyLen:bodyLen]
+	return nil
+}
+
+// readBytes reads one length-prefixed field.
+func readBytes(p []byte) (field, rest []byte, ok bool) {
+	n, w := binary.Uvarint(p)
+	if w <= 0 || n > uint64(len(p)-w) {
+		return nil, nil, false
+	}
+	end := w + int(n)
+	return p[w:end:end], p[end:], true
+}
+
+// readList validates a count-prefixed list of items, each made of per
+// length-prefixed fields, and returns the count and the raw items.
+func readList(p []byte, per int) (count int, raw, rest []byte, ok bool) {
+	n, w := binary.Uvarint(p)
+	if w <= 0 || n > uint64(len(p)) { // each item takes at least one byte
+		return 0, nil, nil, false
+	}
+	rest = p[w:]
+	start := rest
+	for i := uint64(0); i < n*uint64(per); i++ {
+		if _, rest, ok = readBytes(rest); !ok {
+			return 0, nil, nil, false
+		}
+	}
+	return int(n), start[:len(start)-len(rest)], rest, true
+}
+
+// fieldIter walks a validated list section produced by readList.
+type fieldIter struct{ p []byte }
+
+// next returns the next field; ok is false at the end.
+func (it *fieldIter) next() (field []byte, ok bool) {
+	if len(it.p) == 0 {
+		return nil, false
+	}
+	field, it.p, ok = readBytes(it.p)
+	return field, ok
+}
+
+// headers iterates the entry's stored headers as name, value pairs.
+func (e *entry) headers() fieldIter { return fieldIter{p: e.headersRaw} }
+
+// varyNames iterates the entry's lower-case Vary header names.
+func (e *entry) varyNames() fieldIter { return fieldIter{p: e.varyRaw} }

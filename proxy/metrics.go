@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"io"
+	"sync/atomic"
+
+	"github.com/VictoriaMetrics/fastcache"
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Metrics use github.com/VictoriaMetrics/metrics rather than
+// prometheus/client_golang: its counters are a single atomic add with the
+// handle resolved once, so the hit path pays no label lookup and no
+// allocation; it writes the Prometheus text format and standard `le`
+// histograms (PrometheusHistogram). Every handle below is created when a
+// route or origin is built, never per request; label values come only from
+// configuration.
+
+// result is how a request was answered, the `cache` label of
+// shield_requests_total.
+type result uint8
+
+const (
+	resHit         result = iota // fresh copy from cache
+	resMiss                      // fetched from the origin (leader or alone)
+	resCollapsed                 // waited on another request's fetch
+	resRevalidated               // stale copy confirmed by a 304
+	resStale                     // stale copy served (SWR / SIE)
+	resBypass                    // not cacheable for this request (hit-for-miss, request no-store, Range...)
+	resPass                      // method not cacheable
+	resError                     // answered with a shield-generated 5xx
+	numResults
+)
+
+var resultLabels = [numResults]string{"hit", "miss", "collapsed", "revalidated", "stale", "bypass", "pass", "error"}
+
+// fetchOutcome is the `outcome` label of shield_origin_fetches_total.
+type fetchOutcome uint8
+
+const (
+	outOK          fetchOutcome = iota // any origin answer below 500
+	outNotModified                     // 304 to our conditional request
+	out5xx                             // origin answered 5xx
+	outTimeout                         // no answer before the deadline
+	outError                           // connection refused, reset, bad response
+	numOutcomes
+)
+
+var outcomeLabels = [numOutcomes]string{"ok", "not_modified", "http_5xx", "timeout", "error"}
+
+// durationBuckets are the request/fetch latency histogram bounds, in seconds.
+var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// globalMetrics are process-wide handles.
+type globalMetrics struct {
+	set           *metrics.Set
+	unrouted      *metrics.Counter
+	badRequests   *metrics.Counter
+	corrupt       *metrics.Counter
+	waiters       *metrics.Counter // requests that joined a fetch in flight
+	waitTimeouts  *metrics.Counter
+	waitOverflow  *metrics.Counter // waiters beyond max_waiters that fetched alone
+	waiting       atomic.Int64
+	hitForMiss    *metrics.Counter // hit-for-miss records written
+	notStored     *metrics.Counter
+	invalidations *metrics.Counter
+	streamed      *metrics.Counter // responses too big to store, streamed through
+}
+
+func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
+	s := metrics.NewSet()
+	g := &globalMetrics{
+		set:           s,
+		unrouted:      s.NewCounter(`shield_unrouted_requests_total`),
+		badRequests:   s.NewCounter(`shield_bad_requests_total`),
+		corrupt:       s.NewCounter(`shield_cache_corrupt_entries_total`),
+		waiters:       s.NewCounter(`shield_coalesced_waiters_total`),
+		waitTimeouts:  s.NewCounter(`shield_coalesced_wait_timeouts_total`),
+		waitOverflow:  s.NewCounter(`shield_coalesced_overflow_total`),
+		hitForMiss:    s.NewCounter(`shield_cache_hit_for_miss_total`),
+		notStored:     s.NewCounter(`shield_cache_not_stored_total`),
+		invalidations: s.NewCounter(`shield_cache_invalidations_total`),
+		streamed:      s.NewCounter(`shield_origin_streamed_responses_total`),
+	}
+	s.NewGauge(`shield_coalesced_waiters`, func() float64 { return float64(g.waiting.Load()) })
+	s.RegisterMetricsWriter(func(w io.Writer) { writeCacheStats(w, cache) })
+	return g
+}
+
+// writeCacheStats exports fastcache's counters once per scrape.
+func writeCacheStats(w io.Writer, c *fastcache.Cache) {
+	var st fastcache.Stats
+	c.UpdateStats(&st)
+	metrics.WriteGaugeUint64(w, `shield_cache_entries`, st.EntriesCount)
+	metrics.WriteGaugeUint64(w, `shield_cache_bytes`, st.BytesSize)
+	metrics.WriteGaugeUint64(w, `shield_cache_max_bytes`, st.MaxBytesSize)
+	metrics.WriteCounterUint64(w, `shield_cache_gets_total`, st.GetCalls)
+	metrics.WriteCounterUint64(w, `shield_cache_sets_total`, st.SetCalls)
+	metrics.WriteCounterUint64(w, `shield_cache_misses_total`, st.Misses)
+	metrics.WriteCounterUint64(w, `shield_cache_collisions_total`, st.Collisions)
+	metrics.WriteCounterUint64(w, `shield_cache_corruptions_total`, st.Corruptions)
+	metrics.WriteCounterUint64(w, `shield_cache_big_gets_total`, st.GetBigCalls)
+	metrics.WriteCounterUint64(w, `shield_cache_big_sets_total`, st.SetBigCalls)
+}
+
+// routeMetrics are one route's handles.
+type routeMetrics struct {
+	requests [numResults]*metrics.Counter
+	duration *metrics.PrometheusHistogram
+	stored   *metrics.Counter
+}
+
+func newRouteMetrics(s *metrics.Set, route string) *routeMetrics {
+	m := &routeMetrics{
+		duration: s.NewPrometheusHistogramExt(`shield_request_duration_seconds{route="`+route+`"}`, durationBuckets),
+		stored:   s.NewCounter(`shield_cache_stored_total{route="` + route + `"}`),
+	}
+	for i := range m.requests {
+		m.requests[i] = s.NewCounter(`shield_requests_total{route="` + route + `",cache="` + resultLabels[i] + `"}`)
+	}
+	return m
+}
+
+// originMetrics are one origin's handles.
+type originMetrics struct {
+	fetches  [numOutcomes]*metrics.Counter
+	duration *metrics.PrometheusHistogram
+	inFlight atomic.Int64
+}
+
+func newOriginMetrics(s *metrics.Set, origin string) *originMetrics {
+	m := &originMetrics{
+		duration: s.NewPrometheusHistogramExt(`shield_origin_fetch_duration_seconds{origin="`+origin+`"}`, durationBuckets),
+	}
+	for i := range m.fetches {
+		m.fetches[i] = s.NewCounter(`shield_origin_fetches_total{origin="` + origin + `",outcome="` + outcomeLabels[i] + `"}`)
+	}
+	s.NewGauge(`shield_origin_in_flight{origin="`+origin+`"}`, func() float64 { return float64(m.inFlight.Load()) })
+	return m
+}

@@ -1,0 +1,307 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/stale"
+)
+
+// scratch holds per-request buffers, pooled so that a HIT allocates
+// nothing. Nothing in it outlives the handler.
+type scratch struct {
+	key  []byte   // primary key
+	vkey []byte   // variant key
+	tmp  []byte   // formatting (Age, Cache-Status)
+	hdrs [][]byte // key header values (aliases request memory)
+	cc   stale.Directives
+}
+
+var scratchPool = sync.Pool{New: func() any {
+	return &scratch{key: make([]byte, 0, 256), vkey: make([]byte, 0, 256), tmp: make([]byte, 0, 64)}
+}}
+
+// Fixed Cache-Status values (RFC 9211). "shield" is the cache's name.
+var (
+	csHit        = []byte("shield; hit")
+	csHitTTL     = []byte("shield; hit; ttl=")
+	csPassMethod = []byte("shield; fwd=method")
+)
+
+// serve is the public request handler: DESIGN §1 steps 1–9 for one node.
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+	rt := p.rt.Load()
+	h := &ctx.Request.Header
+	// Only origin-form targets: shield is a reverse proxy, and an
+	// absolute-form target whose authority disagrees with Host is a
+	// classic cache-poisoning and routing-confusion vector.
+	if uri := h.RequestURI(); len(uri) == 0 || uri[0] != '/' {
+		p.g.badRequests.Inc()
+		p.generated(ctx, fasthttp.StatusBadRequest, "request target must be a path")
+		return
+	}
+	r := rt.table.Match(h.Host(), ctx.Request.URI().PathOriginal())
+	if r == nil {
+		p.g.unrouted.Inc()
+		p.generated(ctx, fasthttp.StatusNotFound, "no route for this host and path")
+		return
+	}
+	rte := rt.routes[r.Index]
+	res := p.serveRoute(ctx, rt, rte)
+	rte.m.requests[res].Inc()
+	rte.m.duration.UpdateDuration(ctx.Time())
+}
+
+// serveRoute answers a routed request and says how.
+func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route) result {
+	h := &ctx.Request.Header
+	if !h.IsGet() && !h.IsHead() {
+		return p.passUnsafe(ctx, rt, rte)
+	}
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+
+	sc.cc.Reset()
+	if v := h.PeekBytes(hCacheControl); len(v) > 0 {
+		sc.cc.Parse(v)
+	} else if stale.PragmaNoCache(h.PeekBytes(hPragma)) {
+		sc.cc.NoCache = true
+	}
+	if rte.disabled || sc.cc.NoStore || len(h.PeekBytes(hRange)) > 0 || len(ctx.Request.Body()) > 0 {
+		return p.bypass(ctx, rt, rte, "uncacheable-request")
+	}
+
+	sc.key = rte.appendKey(sc.key[:0], ctx, sc)
+	now := ctx.Time()
+
+	// Look up into the response's own body buffer: on a hit it goes back
+	// to the response truncated to the body, so nothing is copied.
+	b := ctx.Response.SwapBody(nil)
+	var e entry
+	b, lk := p.lookup(b, ctx, sc, &e)
+	switch lk {
+	case lkHit:
+		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
+		st := stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc)
+		if st == stale.Fresh {
+			p.serveHit(ctx, sc, &e, b, age)
+			return resHit
+		}
+		// Stale: keep a copy for conditional revalidation and hand the
+		// buffer back to the response.
+		staleCopy := append([]byte(nil), b...)
+		ctx.Response.SwapBody(b[:0])
+		fwd := "stale"
+		if sc.cc.NoCache || sc.cc.MaxAge == 0 {
+			fwd = "request"
+		}
+		return p.miss(ctx, rt, rte, sc, staleCopy, fwd)
+	case lkHitForMiss:
+		ctx.Response.SwapBody(b[:0])
+		return p.fetch(ctx, rt, rte, sc, nil, nil, "bypass")
+	case lkVaryMiss:
+		ctx.Response.SwapBody(b[:0])
+		return p.miss(ctx, rt, rte, sc, nil, "vary-miss")
+	default:
+		ctx.Response.SwapBody(b[:0])
+		return p.miss(ctx, rt, rte, sc, nil, "miss")
+	}
+}
+
+// lookupResult says what the cache holds for a request.
+type lookupResult uint8
+
+const (
+	lkMiss       lookupResult = iota // nothing usable; flight key = sc.key
+	lkVaryMiss                       // vary marker, no variant; flight key = sc.vkey
+	lkHit                            // e holds a response (fresh or not)
+	lkHitForMiss                     // a hit-for-miss record is in force
+)
+
+// lookup reads the primary entry and, for a vary marker, the request's
+// variant. It leaves the key the request must use from now on (for
+// fetching, coalescing and storing) in sc.vkey when it is a variant key,
+// and returns b (the buffer) holding the entry e was decoded from.
+func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry) ([]byte, lookupResult) {
+	sc.vkey = sc.vkey[:0]
+	b = p.store.get(b, sc.key)
+	if len(b) == 0 {
+		return b, lkMiss
+	}
+	if !p.decode(b, sc.key, e) {
+		p.store.del(sc.key)
+		return b, lkMiss
+	}
+	if e.kind == kindVary {
+		markerAt := e.storedAt
+		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
+		b = p.store.get(b, sc.vkey)
+		if len(b) == 0 {
+			return b, lkVaryMiss
+		}
+		if !p.decode(b, sc.vkey, e) {
+			p.store.del(sc.vkey)
+			return b, lkVaryMiss
+		}
+		if e.storedAt < markerAt || e.kind == kindVary {
+			return b, lkVaryMiss
+		}
+	}
+	if e.kind == kindHitForMiss {
+		if ctx.Time().UnixNano() < e.storedAt+e.lifetime {
+			return b, lkHitForMiss
+		}
+		if len(sc.vkey) > 0 {
+			return b, lkVaryMiss
+		}
+		return b, lkMiss
+	}
+	return b, lkHit
+}
+
+// decode parses b and checks it was stored under key; anything else is
+// counted and treated as a miss.
+func (p *Proxy) decode(b, key []byte, e *entry) bool {
+	if err := decodeEntry(b, e); err != nil || e.keyDigest != cachekey.Digest(key) {
+		p.g.corrupt.Inc()
+		return false
+	}
+	return true
+}
+
+// appendVariantKey appends primary plus the request's values of the
+// marker's Vary headers (DESIGN §3).
+func appendVariantKey(dst, primary []byte, marker *entry, h *fasthttp.RequestHeader) []byte {
+	dst = append(dst, primary...)
+	it := marker.varyNames()
+	for name, ok := it.next(); ok; name, ok = it.next() {
+		dst = cachekey.AppendVary(dst, name, h.PeekBytes(name))
+	}
+	return dst
+}
+
+// flightKey is the key a request fetches, coalesces and stores under.
+func (sc *scratch) flightKey() []byte {
+	if len(sc.vkey) > 0 {
+		return sc.vkey
+	}
+	return sc.key
+}
+
+// appendKey builds the primary cache key of the request.
+func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch) []byte {
+	uri := ctx.Request.URI()
+	sc.hdrs = sc.hdrs[:0]
+	for _, name := range r.headers {
+		sc.hdrs = append(sc.hdrs, ctx.Request.Header.Peek(name))
+	}
+	scheme := schemeHTTP
+	if ctx.IsTLS() {
+		scheme = schemeHTTPS
+	}
+	parts := cachekey.Parts{
+		Route:   r.name,
+		Scheme:  scheme,
+		Host:    ctx.Request.Header.Host(),
+		Path:    uri.PathOriginal(),
+		Query:   uri.QueryString(),
+		Headers: sc.hdrs,
+	}
+	return cachekey.Append(dst, r.rules, &parts)
+}
+
+var (
+	schemeHTTP  = []byte("http")
+	schemeHTTPS = []byte("https")
+	hRange      = []byte("Range")
+)
+
+// serveHit answers from a fresh entry decoded from b, which is the
+// response's own body buffer: the body goes back with SwapBody, so a hit
+// copies headers only. Client conditionals are answered here (RFC 9110
+// §13.1): If-None-Match wins over If-Modified-Since.
+func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration) {
+	resp := &ctx.Response
+	notModified := p.notModified(&ctx.Request.Header, e)
+	writeEntryHeaders(resp, e, notModified)
+	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
+	resp.Header.SetBytesKV(hAge, sc.tmp)
+	ttl := (time.Duration(e.lifetime) - age) / time.Second
+	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csHitTTL...), int64(ttl), 10)
+	resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
+	if notModified {
+		resp.SetStatusCode(fasthttp.StatusNotModified)
+		resp.SwapBody(b[:0])
+		return
+	}
+	resp.SwapBody(b[:len(e.body)])
+}
+
+// notModified evaluates the client's conditional headers against e.
+func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
+	if e.status != fasthttp.StatusOK {
+		return false
+	}
+	if inm := h.PeekBytes(hIfNoneMatch); len(inm) > 0 {
+		return len(e.etag) > 0 && stale.ETagMatch(inm, e.etag)
+	}
+	if ims := h.PeekBytes(hIfModSince); len(ims) > 0 {
+		return len(e.lastModified) > 0 && stale.NotModifiedSince(ims, e.lastModified)
+	}
+	return false
+}
+
+// writeEntryHeaders sets status and stored headers; for a 304 only the
+// fields RFC 9110 §15.4.5 lists.
+func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
+	resp.SetStatusCode(e.status)
+	it := e.headers()
+	for {
+		k, ok := it.next()
+		if !ok {
+			break
+		}
+		v, _ := it.next()
+		if notModified && !notModifiedHeader(k) {
+			continue
+		}
+		resp.Header.AddBytesKV(k, v)
+	}
+}
+
+// serveShared answers from an entry another request fetched. The bytes
+// are shared with other waiters, so the body is copied, never swapped in.
+func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duration, cacheStatus string) {
+	resp := &ctx.Response
+	notModified := p.notModified(&ctx.Request.Header, e)
+	writeEntryHeaders(resp, e, notModified)
+	resp.Header.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
+	resp.Header.Set("Cache-Status", cacheStatus)
+	if notModified {
+		resp.SetStatusCode(fasthttp.StatusNotModified)
+		return
+	}
+	resp.SetBody(e.body)
+}
+
+// generated writes a response shield makes itself (errors, 404).
+func (p *Proxy) generated(ctx *fasthttp.RequestCtx, status int, msg string) {
+	resp := &ctx.Response
+	resp.Reset()
+	resp.SetStatusCode(status)
+	resp.Header.SetContentType("text/plain; charset=utf-8")
+	resp.Header.SetBytesKV(hVia, viaValue)
+	resp.Header.Set("Cache-Status", "shield; fwd=bypass; detail=generated")
+	resp.Header.Set("Cache-Control", "no-store")
+	resp.SetBodyString(msg + "\n")
+}
+
+// hasToken reports whether a comma list contains tok.
+func hasToken(list []byte, tok string) bool { return listContains(list, []byte(tok)) }
+
+var _ = bytes.EqualFold

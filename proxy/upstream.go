@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"bytes"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/stale"
+)
+
+// Headers forwarded to the origin: every end-to-end request field the
+// client sent, except
+//   - hop-by-hop fields and those named in Connection (RFC 9110 §7.6.1);
+//   - Forwarded and X-Forwarded-*, which shield sets itself
+//     (X-Forwarded-For = the client address, X-Forwarded-Proto,
+//     X-Forwarded-Host), so clients cannot spoof them;
+//   - on a cache fetch, the client's conditional fields: shield fetches
+//     a full response to store and answers the client's conditional itself.
+// Via gains "1.1 shield".
+var conditionalHeaders = [][]byte{
+	[]byte("If-None-Match"), []byte("If-Modified-Since"), []byte("If-Match"),
+	[]byte("If-Unmodified-Since"), []byte("If-Range"),
+}
+
+// buildUpstream fills req from the client request. forCache marks a fetch
+// on behalf of the cache: HEAD becomes GET (so the answer can be stored
+// and serve both), client conditionals are dropped, and se's validators,
+// if any, make the request conditional.
+func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache bool, se *entry) {
+	src := &ctx.Request
+	if forCache && src.Header.IsHead() {
+		req.Header.SetMethod(fasthttp.MethodGet)
+	} else {
+		req.Header.SetMethodBytes(src.Header.Method())
+	}
+	req.SetRequestURIBytes(src.Header.RequestURI())
+	conn := src.Header.PeekBytes(hConnection)
+	var via []byte
+	for k, v := range src.Header.All() {
+		switch {
+		case isHopByHop(k, conn), isForwardedHeader(k),
+			bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, hContentLength):
+			continue
+		case bytes.EqualFold(k, hVia):
+			via = append(append(via, v...), ", "...)
+			continue
+		case forCache && isConditional(k):
+			continue
+		}
+		req.Header.AddBytesKV(k, v)
+	}
+	req.Header.SetHostBytes(src.Header.Host())
+	req.Header.SetBytesKV(hVia, append(via, viaValue...))
+	req.Header.Set("X-Forwarded-For", ctx.RemoteIP().String())
+	if ctx.IsTLS() {
+		req.Header.SetBytesKV(hXForwardedProt, schemeHTTPS)
+	} else {
+		req.Header.SetBytesKV(hXForwardedProt, schemeHTTP)
+	}
+	req.Header.SetBytesKV(hXForwardedHost, src.Header.Host())
+	if se != nil {
+		if len(se.etag) > 0 {
+			req.Header.SetBytesKV(hIfNoneMatch, se.etag)
+		}
+		if len(se.lastModified) > 0 {
+			req.Header.SetBytesKV(hIfModSince, se.lastModified)
+		}
+	}
+	if !forCache {
+		req.SetBody(src.Body())
+	}
+}
+
+func isConditional(k []byte) bool {
+	for _, c := range conditionalHeaders {
+		if bytes.EqualFold(k, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// copyResponseHead copies status and end-to-end headers of an origin
+// response, adds Via and, when the origin sent none, Date.
+func copyResponseHead(out *fasthttp.Response, resp *fasthttp.Response, now time.Time) {
+	out.SetStatusCode(resp.StatusCode())
+	conn := resp.Header.PeekBytes(hConnection)
+	var via []byte
+	hasDate := false
+	for k, v := range resp.Header.All() {
+		switch {
+		case isHopByHop(k, conn), bytes.EqualFold(k, hContentLength), bytes.EqualFold(k, hCacheStatus):
+			continue
+		case bytes.EqualFold(k, hVia):
+			via = append(append(via, v...), ", "...)
+			continue
+		case bytes.EqualFold(k, hDate):
+			hasDate = true
+		}
+		out.Header.AddBytesKV(k, v)
+	}
+	out.Header.SetBytesKV(hVia, append(via, viaValue...))
+	if !hasDate {
+		out.Header.SetBytesKV(hDate, stale.AppendHTTPDate(nil, now))
+	}
+}
+
+// passResponse relays an origin response whose body has been read.
+func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, now time.Time, cacheStatus string) {
+	copyResponseHead(out, resp, now)
+	out.Header.Set("Cache-Status", cacheStatus)
+	out.SetBody(body)
+}
+
+// storedHeaders collects the fields to store with an entry and the
+// response's Vary names (lower-case, sorted, unique). Via is stored
+// already combined with ours; Date is added when the origin sent none
+// (RFC 9110 §6.6.1).
+func storedHeaders(resp *fasthttp.Response, now time.Time, allowSetCookie bool) ([]header, [][]byte) {
+	conn := resp.Header.PeekBytes(hConnection)
+	var hs []header
+	var via []byte
+	var vary [][]byte
+	hasDate := false
+	for k, v := range resp.Header.All() {
+		switch {
+		case isHopByHop(k, conn), notStored(k) && !bytes.EqualFold(k, hVia):
+			continue
+		case bytes.EqualFold(k, hVia):
+			via = append(append(via, v...), ", "...)
+			continue
+		case bytes.EqualFold(k, hSetCookie) && !allowSetCookie:
+			continue
+		case bytes.EqualFold(k, hVary):
+			vary = appendVaryNames(vary, v)
+		case bytes.EqualFold(k, hDate):
+			hasDate = true
+		}
+		hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
+	}
+	hs = append(hs, header{k: hVia, v: append(via, viaValue...)})
+	if !hasDate {
+		hs = append(hs, header{k: hDate, v: stale.AppendHTTPDate(nil, now)})
+	}
+	slices.SortFunc(vary, bytes.Compare)
+	vary = slices.CompactFunc(vary, bytes.Equal)
+	return hs, vary
+}
+
+// appendVaryNames adds the lower-cased field names of one Vary value.
+func appendVaryNames(dst [][]byte, v []byte) [][]byte {
+	for _, tok := range bytes.Split(v, []byte(",")) {
+		tok = bytes.TrimSpace(tok)
+		if len(tok) > 0 {
+			dst = append(dst, bytes.ToLower(tok))
+		}
+	}
+	return dst
+}
+
+// mergeHeaders applies a 304's fields to a stored entry's: a field the
+// 304 carries replaces every stored field of that name (RFC 9111 §3.2),
+// except those describing the body, which the 304 does not update.
+func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time) []header {
+	conn := resp.Header.PeekBytes(hConnection)
+	var fresh []header
+	for k, v := range resp.Header.All() {
+		if isHopByHop(k, conn) || notStored(k) || bytes.EqualFold(k, []byte("Content-Type")) ||
+			bytes.EqualFold(k, []byte("Content-Encoding")) || bytes.EqualFold(k, []byte("Content-Range")) {
+			continue
+		}
+		fresh = append(fresh, header{k: bytes.Clone(k), v: bytes.Clone(v)})
+	}
+	var out []header
+	it := se.headers()
+	for {
+		k, ok := it.next()
+		if !ok {
+			break
+		}
+		v, _ := it.next()
+		if !slices.ContainsFunc(fresh, func(h header) bool { return bytes.EqualFold(h.k, k) }) {
+			out = append(out, header{k: k, v: v})
+		}
+	}
+	return append(out, fresh...)
+}
+
+// generatedStatus writes a shield-made response with a Cache-Status.
+func (p *Proxy) generatedStatus(ctx *fasthttp.RequestCtx, status int, msg, cacheStatus string) {
+	p.generated(ctx, status, msg)
+	ctx.Response.Header.Set("Cache-Status", cacheStatus)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

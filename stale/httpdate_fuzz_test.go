@@ -1,0 +1,54 @@
+package stale
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func FuzzParseHTTPDate(f *testing.F) {
+	for _, s := range []string{
+		"Sun, 06 Nov 1994 08:49:37 GMT",
+		"Sunday, 06-Nov-94 08:49:37 GMT",
+		"Sun Nov  6 08:49:37 1994",
+		"Sun Nov 16 08:49:37 1994",
+		"Thu, 29 Feb 2024 23:59:59 GMT",
+		"Sun, 06 Nov 1994 08:49:37.5 GMT",
+		"Sun, 06 Nov 1994 8:49:37 GMT",
+		"Wednesday, 31-Dec-69 23:59:59 GMT",
+		"0",
+	} {
+		f.Add(s, int64(784111777))
+	}
+	f.Fuzz(func(t *testing.T, s string, unix int64) {
+		got, ok := ParseHTTPDate([]byte(s))
+		std, stdErr := http.ParseTime(s)
+
+		// Everything accepted is a valid HTTP-date to net/http too, and the
+		// same instant.
+		if ok && (stdErr != nil || !std.Equal(got)) {
+			t.Fatalf("ParseHTTPDate(%q) = %v, net/http.ParseTime = %v, %v", s, got, std, stdErr)
+		}
+		// Every canonical IMF-fixdate net/http accepts is accepted.
+		if stdErr == nil && string(AppendHTTPDate(nil, std)) == s && !ok {
+			t.Fatalf("ParseHTTPDate(%q) rejected a canonical IMF-fixdate", s)
+		}
+		// Round trip: format what was parsed and parse it back.
+		if ok {
+			again, ok2 := ParseHTTPDate(AppendHTTPDate(nil, got))
+			if !ok2 || !again.Equal(got) {
+				t.Fatalf("round trip of %q: %v -> %q -> %v, %v", s, got, AppendHTTPDate(nil, got), again, ok2)
+			}
+		}
+		// Round trip from any whole-second instant with a 4-digit year.
+		tm := time.Unix(unix, 0).UTC()
+		if y := tm.Year(); y < 0 || y > 9999 {
+			return
+		}
+		b := AppendHTTPDate(nil, tm)
+		back, ok := ParseHTTPDate(b)
+		if !ok || !back.Equal(tm) {
+			t.Fatalf("ParseHTTPDate(AppendHTTPDate(%v)) = %v, %v (%q)", tm, back, ok, b)
+		}
+	})
+}
