@@ -74,7 +74,7 @@ func (r *Rules) appendSorted(dst, q []byte, ps []param, field bool) []byte {
 // costs O(n log n), not O(n²).
 func (r *Rules) params(ps []param, q []byte) ([]param, int) {
 	n := 0
-	for start := 0; start <= len(q); {
+	for start := 0; start < len(q); {
 		end := bytes.IndexByte(q[start:], '&')
 		if end < 0 {
 			end = len(q)
@@ -130,22 +130,27 @@ func compareNames(q []byte, a, b param) int {
 	return bytes.Compare(q[a.start:a.nameEnd], q[b.start:b.nameEnd])
 }
 
-// insertionSort sorts ps by name, stably: an element only moves past strictly
-// greater names.
+// insertionSort sorts ps by name, stably, by binary insertion: each element
+// goes after every element with a name not greater than its own (an upper
+// bound), so equal names keep their order; the elements after it move in
+// one copy.
 func insertionSort(ps []param, q []byte) {
 	for i := 1; i < len(ps); i++ {
 		p := ps[i]
-		j := i
-		for ; j > 0; j-- {
-			prev := &ps[j-1]
-			// compareNames(q, *prev, p) <= 0, with the prefix test inlined.
-			if prev.prefix < p.prefix || prev.prefix == p.prefix &&
-				bytes.Compare(q[prev.start:prev.nameEnd], q[p.start:p.nameEnd]) <= 0 {
-				break
-			}
-			ps[j] = *prev
+		if compareNames(q, ps[i-1], p) <= 0 {
+			continue // already in place: the common case for sorted queries
 		}
-		ps[j] = p
+		lo, hi := 0, i-1 // ps[i-1] > p, so the slot is in [0, i-1]
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if compareNames(q, ps[m], p) <= 0 {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		copy(ps[lo+1:i+1], ps[lo:i])
+		ps[lo] = p
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -42,7 +43,11 @@ func FuzzParse(f *testing.F) {
 	}
 	env := envOf(map[string]string{"A": "127.0.0.1:1", "B": "h:o#s t", "E": ""})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		start := time.Now()
 		c, err := Parse("fuzz.yaml", data, env)
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("Parse of %d bytes took %v", len(data), d)
+		}
 		if err != nil {
 			if c != nil {
 				t.Fatalf("Parse returned a config and an error %v", err)

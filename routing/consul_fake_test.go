@@ -66,7 +66,7 @@ func (f *fakeConsul) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	failing := f.failing
 	f.mu.Unlock()
-	if failing {
+	if failing && !strings.HasPrefix(r.URL.Path, "/v1/health/") {
 		http.Error(w, "rpc error: no cluster leader", http.StatusInternalServerError)
 		return
 	}
@@ -120,7 +120,12 @@ func (f *fakeConsul) health(w http.ResponseWriter, r *http.Request) {
 	f.queries = append(f.queries, fq)
 	changed := f.changed
 	block := fq.Index > 0 && fq.Index >= f.index
+	failing := f.failing
 	f.mu.Unlock()
+	if failing {
+		http.Error(w, "rpc error: no cluster leader", http.StatusInternalServerError)
+		return
+	}
 	if block {
 		t := time.NewTimer(wait)
 		defer t.Stop()
