@@ -10,11 +10,11 @@ import (
 // Breaker is one origin's circuit breaker. It is safe for concurrent use;
 // create it with [New].
 type Breaker struct {
-	name     string
-	openFor  time.Duration
-	tmrFail  bool // Settings.TooManyRequestsIsFailure
-	onChange func(name string, from, to State)
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	name             string
+	openFor          time.Duration
+	tooManyIsFailure bool // Settings.TooManyRequestsIsFailure
+	onChange         func(name string, from, to State)
+	cb               *gobreaker.TwoStepCircuitBreaker[struct{}]
 
 	// epoch is a monotonic base for openedAt, read once in New, so that
 	// RetryAfter measures elapsed time on the monotonic clock and an int64
@@ -48,11 +48,11 @@ func New(name string, s Settings, onChange func(name string, from, to State)) *B
 	}
 	s = s.WithDefaults()
 	b := &Breaker{
-		name:     name,
-		openFor:  s.OpenFor,
-		tmrFail:  s.TooManyRequestsIsFailure,
-		onChange: onChange,
-		epoch:    time.Now(),
+		name:             name,
+		openFor:          s.OpenFor,
+		tooManyIsFailure: s.TooManyRequestsIsFailure,
+		onChange:         onChange,
+		epoch:            time.Now(),
 	}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:          name,
@@ -201,7 +201,7 @@ func (b *Breaker) Stats() Stats {
 // Classify maps a fetch result to an Outcome like the package [Classify],
 // except that a 429 is a Failure when the breaker's settings say so.
 func (b *Breaker) Classify(status int, err error) Outcome {
-	if err == nil && status == statusTooManyRequests && b.tmrFail {
+	if err == nil && status == statusTooManyRequests && b.tooManyIsFailure {
 		return Failure
 	}
 	return Classify(status, err)

@@ -101,7 +101,7 @@ func (r *Rules) params(ps []param, q []byte) ([]param, int) {
 	if len(ps) <= stackParams {
 		insertionSort(ps, q)
 	} else {
-		slices.SortStableFunc(ps, func(a, b param) int { return compareNames(q, a, b) })
+		slices.SortStableFunc(ps, func(a, b param) int { return compareNames(q, &a, &b) })
 	}
 	return ps, n
 }
@@ -120,7 +120,7 @@ func namePrefix(name []byte) uint64 {
 }
 
 // compareNames orders parameters by name, bytewise.
-func compareNames(q []byte, a, b param) int {
+func compareNames(q []byte, a, b *param) int {
 	switch {
 	case a.prefix < b.prefix:
 		return -1
@@ -137,13 +137,13 @@ func compareNames(q []byte, a, b param) int {
 func insertionSort(ps []param, q []byte) {
 	for i := 1; i < len(ps); i++ {
 		p := ps[i]
-		if compareNames(q, ps[i-1], p) <= 0 {
+		if compareNames(q, &ps[i-1], &p) <= 0 {
 			continue // already in place: the common case for sorted queries
 		}
 		lo, hi := 0, i-1 // ps[i-1] > p, so the slot is in [0, i-1]
 		for lo < hi {
 			m := int(uint(lo+hi) >> 1)
-			if compareNames(q, ps[m], p) <= 0 {
+			if compareNames(q, &ps[m], &p) <= 0 {
 				lo = m + 1
 			} else {
 				hi = m

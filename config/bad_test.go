@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -268,6 +269,14 @@ routes:
 			{19, "routes[4]", `taken first by routes[3] ("all")`},
 			{23, "routes[5]", `routes[3] ("all")`},
 		}},
+		{"shadowed by two routes", `listen: ":80"
+origins: {a: {servers: [x:1]}}
+routes:
+  - {name: x, hosts: [x.example.com], origin: a}
+  - {name: y, hosts: [y.example.com], path_prefix: /v1/, origin: a}
+  - {name: xy, hosts: [y.example.com, x.example.com], path_prefix: /v1/z, origin: a}
+  - {name: xyz, hosts: [y.example.com, x.example.com, z.example.com], path_prefix: /v1/z, origin: a}
+`, nil, []want{{6, "routes[2]", `taken first by routes[0] ("x"), routes[1] ("y")`}}},
 		{"env expands into a bad value", `listen: ${LISTEN}
 origins: {a: {servers: [x:1]}}
 routes: [{name: r, hosts: ["*"], origin: a}]
@@ -303,5 +312,36 @@ func TestErrorColumn(t *testing.T) {
 	want := `shield.yaml:6:13: routes[0].origin: unknown origin "apii" (defined: api)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("Parse error = %v, want %q", err, want)
+	}
+}
+
+// TestAliasAbuse checks that self-referencing merges and alias fan-out end
+// in an error instead of running away.
+func TestAliasAbuse(t *testing.T) {
+	var bomb strings.Builder
+	bomb.WriteString("listen: \":80\"\norigins: {a: {servers: [x:1]}}\nroutes:\n")
+	bomb.WriteString("  - {name: r0, hosts: [\"*\"], origin: a, cache: &m0 {default_ttl: 1s}}\n")
+	for i := 1; i <= 9; i++ {
+		// Each policy merges eight copies of the previous: 8^9 if expanded.
+		prev := fmt.Sprintf("*m%d", i-1)
+		fmt.Fprintf(&bomb, "  - {name: r%d, hosts: [\"*\"], origin: a, cache: &m%d {<<: [%s]}}\n",
+			i, i, strings.Repeat(prev+", ", 7)+prev)
+	}
+	tests := []struct {
+		name string
+		yaml string
+		want string
+	}{
+		{"self merge", "log: &l\n  <<: *l\n  level: info\n", "merges (<<) nested too deeply"},
+		{"self alias", "routes: &r\n  - *r\n", "expected a mapping"},
+		{"fan-out", bomb.String(), "expands too many aliases"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.yaml), noEnv)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse = %v, want an error containing %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,39 @@
 // Size (bytes). Packages that consume configuration (proxy, routing,
 // admission, breaker) turn these values into their runtime form once, at
 // start or reload; nothing here is read on the request path.
+//
+// Load and Parse return a Config only if the whole file is valid, with
+// every default filled in explicitly, so consumers never re-apply
+// defaults and yaml.Marshal of the result parses back to the same value.
+// Decisions beyond the field docs:
+//
+//   - Problems are reported in two complete phases: first the shape (YAML
+//     syntax, unknown or duplicate keys, wrong types, unset variables),
+//     then, if the shape is right, the values. Each problem is an *Error
+//     with file, line, column and dotted field path ("routes[0].origin").
+//   - A key that is present wins over the default even when zero: the zero
+//     either means something (cache.hit_for_miss: 0 disables it,
+//     cache.max_stale: 0 serves nothing stale) or is rejected, never
+//     silently replaced. So cache.wait_timeout: 0 is an error; leave it out
+//     to get the longest origin timeout. A null value ("key:" or "key: ~")
+//     counts as absent, and an empty list or mapping as nil.
+//   - ${NAME} and ${NAME:-default} are expanded in string values only
+//     (never in keys, never in the raw text), after YAML parsing, so a
+//     secret holding ':' or '#' cannot change the structure. As in the
+//     shell, the default applies when NAME is unset or empty; $${ is a
+//     literal ${. References in typed settings work too
+//     (max_concurrency: ${CONC}).
+//   - Scalars are strict: booleans are true or false (not yes/on),
+//     integers are decimal, durations need a unit except a bare 0, sizes
+//     are decimal digits with a case-sensitive unit.
+//   - Anchors, aliases and merge keys (<<: *base) are supported; the work
+//     they can cause is bounded by the input size.
+//   - Route hosts are lower-cased. A route is rejected as dead when every
+//     one of its hosts is matched by an earlier route whose path prefix
+//     covers its own at a segment boundary ("/api" covers "/api/v2", not
+//     "/apiv2"), so the check is right for byte and segment matching alike.
+//   - Listener ports may be 0 (tests); origin ports may not. admin.listen
+//     must differ from listen.
 package config
 
 import "time"
@@ -81,7 +114,8 @@ type Cache struct {
 	// rest fetch on their own. Default 1024.
 	MaxWaiters int `yaml:"max_waiters"`
 	// WaitTimeout bounds how long a waiter waits for the fetch it joined
-	// before it answers 504. Default: the origin timeout.
+	// before it answers 504. Default: the longest origin timeout, so a
+	// waiter never gives up before the fetch it joined can.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
 }
 

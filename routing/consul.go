@@ -81,8 +81,8 @@ type Consul struct {
 
 	reach       atomic.Int32 // reachUnknown, reachUp or reachDown
 	lastErr     atomic.Pointer[errBox]
-	lastRefresh atomic.Int64 // unix nanoseconds of the last honoured Refresh
-	refreshWant atomic.Bool  // a Refresh is pending for the watch loop
+	lastRefresh atomic.Int64  // unix nanoseconds of the last honoured Refresh
+	refreshWant atomic.Bool   // a Refresh is pending for the watch loop
 	wake        chan struct{} // buffered(1): interrupts the loop's waits
 
 	mu          sync.Mutex              // guards cancelQuery

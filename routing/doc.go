@@ -46,7 +46,9 @@
 //   - Dirty discovery data. Update drops empty IDs, turns invalid weights into
 //     1 and resolves duplicate IDs by keeping the smallest (Addr, Weight), so
 //     all nodes resolve a conflict the same way. NewPeerSet itself is strict.
-//   - Weight 0 means 1 (the zero value of Peer is usable).
+//   - Weight 0 means 1 (the zero value of Peer is usable); weights must lie in
+//     [MinWeight, MaxWeight] = [1e-6, 1e6] so that no score overflows to +Inf
+//     or underflows to 0, which would turn into ties that ignore weights.
 //   - One previous generation only: a second change inside the overlap window
 //     drops the oldest set.
 //   - Subscribers run synchronously on the updating goroutine, serialised, in

@@ -22,8 +22,9 @@ type Peer struct {
 	// serves itself (static single-node mode).
 	Addr string
 	// Weight scales the share of keys the node owns: a node of weight 2
-	// owns twice the keys of a node of weight 1. Zero means 1; negative,
-	// NaN and infinite weights are rejected by NewPeerSet.
+	// owns twice the keys of a node of weight 1. Zero means 1; otherwise it
+	// must be within [MinWeight, MaxWeight], which keeps every rendezvous
+	// score finite and non-zero (no ties from overflow or underflow).
 	Weight float64
 }
 
@@ -60,8 +61,8 @@ type PeerSet struct {
 // need not be in peers: a node whose own health check is not yet passing
 // routes every key to the others (see the package doc).
 //
-// It fails on an empty list, an empty or duplicate ID, or a weight that is
-// negative, NaN or infinite.
+// It fails on an empty list, an empty or duplicate ID, or a weight outside
+// [MinWeight, MaxWeight] (other than 0, which means 1).
 func NewPeerSet(selfID string, peers []Peer) (*PeerSet, error) {
 	if len(peers) == 0 {
 		return nil, ErrNoPeers
@@ -101,9 +102,17 @@ func NewPeerSet(selfID string, peers []Peer) (*PeerSet, error) {
 	return s, nil
 }
 
-// validWeight reports whether w can be used as a rendezvous weight.
+// Bounds of Peer.Weight. Weights are relative, so the range is far wider
+// than any real ratio between two machines.
+const (
+	MinWeight = 1e-6
+	MaxWeight = 1e6
+)
+
+// validWeight reports whether w can be used as a rendezvous weight (NaN
+// fails both comparisons).
 func validWeight(w float64) bool {
-	return w > 0 && !math.IsInf(w, 0) && !math.IsNaN(w)
+	return w >= MinWeight && w <= MaxWeight
 }
 
 // generation hashes the sorted, normalised peers into the 64-bit number

@@ -19,6 +19,9 @@ func TestNewPeerSetValidation(t *testing.T) {
 		{"negative weight", []Peer{{ID: "a", Weight: -1}}, ErrInvalidWeight},
 		{"nan weight", []Peer{{ID: "a", Weight: math.NaN()}}, ErrInvalidWeight},
 		{"inf weight", []Peer{{ID: "a", Weight: math.Inf(1)}}, ErrInvalidWeight},
+		{"too heavy", []Peer{{ID: "a", Weight: MaxWeight * 10}}, ErrInvalidWeight},
+		{"too light", []Peer{{ID: "a", Weight: MinWeight / 10}}, ErrInvalidWeight},
+		{"bounds ok", []Peer{{ID: "a", Weight: MinWeight}, {ID: "b", Weight: MaxWeight}}, nil},
 		{"ok", []Peer{{ID: "b", Weight: 2}, {ID: "a"}}, nil},
 	}
 	for _, tt := range tests {

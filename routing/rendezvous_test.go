@@ -13,7 +13,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/rendezvous.json from the current implementation")
+var updateVectors = flag.Bool("update-vectors", false, "rewrite testdata/rendezvous.json from the current implementation")
 
 // testPeers returns n peers named node-00… with the given weight.
 func testPeers(n int, weight float64) []Peer {
@@ -162,7 +162,7 @@ func hex64(v uint64) string { return fmt.Sprintf("%#016x", v) }
 const vectorPath = "testdata/rendezvous.json"
 
 // makeVectors computes the vector file from the current implementation;
-// it is only used with -update.
+// it is only used with -update-vectors.
 func makeVectors(t *testing.T) vectorFile {
 	sets := []struct {
 		name  string
@@ -174,7 +174,7 @@ func makeVectors(t *testing.T) vectorFile {
 		{"weighted", []Peer{{ID: "a", Addr: "10.0.0.1:7070", Weight: 1}, {ID: "b", Addr: "10.0.0.2:7070", Weight: 2}, {ID: "c", Addr: "10.0.0.3:7070", Weight: 0.5}, {ID: "d", Addr: "10.0.0.4:7070", Weight: 4}}},
 	}
 	digests := append([]uint64{0, 1, math.MaxUint64, nodeHash("a"), nodeHash("shield-1")}, testDigests(27)...)
-	f := vectorFile{Comment: "Weighted rendezvous test vectors; see rendezvous.go for the definition. digest = cachekey digest, owner = winning peer id; generation = PeerSet.Generation. Regenerate with: go test ./routing -run TestRendezvousVectors -update"}
+	f := vectorFile{Comment: "Weighted rendezvous test vectors; see rendezvous.go for the definition. digest = cachekey digest, owner = winning peer id; generation = PeerSet.Generation. Regenerate with: go test ./routing -run TestRendezvousVectors -update-vectors"}
 	for _, st := range sets {
 		s := mustSet(t, "", st.peers)
 		c := vectorCase{Name: st.name, Peers: st.peers, Generation: hex64(s.Generation()), NodeHashes: map[string]string{}}
@@ -190,7 +190,7 @@ func makeVectors(t *testing.T) vectorFile {
 }
 
 func TestRendezvousVectors(t *testing.T) {
-	if *update {
+	if *updateVectors {
 		b, err := json.MarshalIndent(makeVectors(t), "", "  ")
 		if err != nil {
 			t.Fatal(err)

@@ -118,10 +118,10 @@ func TestPragmaNoCache(t *testing.T) {
 		in   string
 		want bool
 	}{
-		{"no-cache", true},          // RFC 9111 §5.4
-		{"NO-CACHE", true},          // case-insensitive like Cache-Control
-		{"x=1, \tno-cache ", true},  // a list
-		{"no-cache=1", false},       // only the bare directive is defined
+		{"no-cache", true},         // RFC 9111 §5.4
+		{"NO-CACHE", true},         // case-insensitive like Cache-Control
+		{"x=1, \tno-cache ", true}, // a list
+		{"no-cache=1", false},      // only the bare directive is defined
 		{"", false},
 		{"no-cacher", false},
 		{",,,", false},

@@ -64,7 +64,8 @@
 //     and never makes, say, a 500 or a 302 without explicit freshness
 //     reusable.
 //   - The heuristic is 10% of (Date − Last-Modified), capped at 24h
-//     ([MaxHeuristic]), the cap Squid and most CDNs use by default.
+//     ([MaxHeuristic]), so a years-old Last-Modified cannot pin a response
+//     for months.
 //   - s-maxage implies proxy-revalidate for a shared cache (RFC 9111
 //     §5.2.2.10) and RFC 9111 §4.2.4 lists "an applicable s-maxage" among the
 //     directives that forbid serving stale, so a response with s-maxage gets

@@ -3,7 +3,7 @@ package stale
 import "time"
 
 // MaxHeuristic caps the heuristic freshness lifetime (RFC 9111 §4.2.2 leaves
-// the cap to the cache; 24h is the customary one).
+// the cap to the cache; 24h bounds how long a guess can be wrong).
 const MaxHeuristic = 24 * time.Hour
 
 // heuristicFraction is the share of (Date − Last-Modified) a heuristic

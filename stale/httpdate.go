@@ -125,33 +125,45 @@ func num(b []byte) (int, bool) {
 	return n, true
 }
 
+// key3 packs three bytes, ASCII letters lower-cased, for name lookups.
+func key3(b []byte) uint32 {
+	return uint32(b[0]|0x20)<<16 | uint32(b[1]|0x20)<<8 | uint32(b[2]|0x20)
+}
+
 // monthOf maps a three-letter month name, any ASCII case, to 1..12.
 func monthOf(b []byte) (int, bool) {
-	for i, m := range shortMonth {
-		if equalFoldASCII(b, m) {
-			return i + 1, true
+	if len(b) == 3 {
+		k := key3(b)
+		for i, m := range shortMonth {
+			if k == key3([]byte(m)) && equalFoldASCII(b, m) {
+				return i + 1, true
+			}
 		}
 	}
 	return 0, false
 }
 
-func isShortDay(b []byte) bool {
-	for _, d := range shortDays {
-		if equalFoldASCII(b, d) {
-			return true
+// dayIndex returns the index of a weekday name (three-letter or long) in
+// shortDays/longDays, any ASCII case, or −1.
+func dayIndex(b []byte, names *[7]string) int {
+	if len(b) < 3 {
+		return -1
+	}
+	k := key3(b)
+	for i, d := range shortDays {
+		if k == key3([]byte(d)) {
+			if equalFoldASCII(b, names[i]) {
+				return i
+			}
+			return -1
 		}
 	}
-	return false
+	return -1
 }
 
-func isLongDay(b []byte) bool {
-	for _, d := range longDays {
-		if equalFoldASCII(b, d) {
-			return true
-		}
-	}
-	return false
-}
+func isShortDay(b []byte) bool { return dayIndex(b, &shortDays) >= 0 }
+
+func isLongDay(b []byte) bool { return dayIndex(b, &longDays) >= 0 }
 
 // daysIn returns the number of days of month (1..12) in the proleptic
 // Gregorian year.

@@ -50,5 +50,18 @@ func FuzzParseHTTPDate(f *testing.F) {
 		if !ok || !back.Equal(tm) {
 			t.Fatalf("ParseHTTPDate(AppendHTTPDate(%v)) = %v, %v (%q)", tm, back, ok, b)
 		}
+		// The obsolete formats of the same instant parse to it too (RFC 850
+		// only inside the two-digit-year window).
+		layouts := []string{time.ANSIC}
+		if y := tm.Year(); y >= 1969 && y <= 2068 {
+			layouts = append(layouts, "Monday, 02-Jan-06 15:04:05 GMT")
+		}
+		for _, layout := range layouts {
+			obs := tm.Format(layout)
+			back, ok := ParseHTTPDate([]byte(obs))
+			if !ok || !back.Equal(tm) {
+				t.Fatalf("ParseHTTPDate(%q) = %v, %v; want %v", obs, back, ok, tm)
+			}
+		}
 	})
 }
