@@ -24,6 +24,7 @@ func FuzzAppend(f *testing.F) {
 	f.Add(uint32(7), "api", "HTTP", "[::1]:80", "/a/../b", "/b", "a=2&b=1&a=1&&x&x=1", "", "", "", uint64(2))
 	f.Add(uint32(0), "", "ftp", "a:b:80", "", "/", "=&=&;a=1;b=2", "t", "\t", "a  b", uint64(3))
 	f.Add(uint32(9), "x", "https", "a..:443", "/%2F", "/%2f", strings.Repeat("p=1&", 40), "", "", "", uint64(4))
+	f.Add(uint32(9), "x", "https", "a.:8443", "/", "//", strings.Repeat("z=1&y&", 60)+"utm_source=1", "", "", "", uint64(5))
 	f.Fuzz(func(t *testing.T, ns uint32, route, scheme, host, path, path2, query, tenant, h0, h1 string, seed uint64) {
 		r, err := NewRules(fuzzIgnore, fuzzHeaders)
 		if err != nil {

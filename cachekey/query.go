@@ -50,15 +50,17 @@ func (r *Rules) appendQuery(dst, q []byte, field bool) []byte {
 //go:noinline
 func (r *Rules) appendQueryLong(dst, q []byte, field bool, bound int) []byte {
 	if bound > stackParams {
-		return r.appendSorted(dst, q, make([]param, 0, bound), field)
+		// Not presized by bound: a query of bare '&' would make it allocate
+		// 32 bytes per input byte for parameters that do not exist.
+		return r.appendSorted(dst, q, make([]param, 0, 2*stackParams), field)
 	}
 	var stack [stackParams]param
 	return r.appendSorted(dst, q, stack[:0], field)
 }
 
-// appendSorted collects the kept parameters of q into ps, which must have
-// room for all of them, sorts them and appends them, length-prefixed when
-// field is set.
+// appendSorted collects the kept parameters of q into ps (without allocating
+// when ps has room for all of them), sorts them and appends them,
+// length-prefixed when field is set.
 func (r *Rules) appendSorted(dst, q []byte, ps []param, field bool) []byte {
 	ps, n := r.params(ps, q)
 	if field {

@@ -84,3 +84,24 @@ func TestAppendQueryManyParams(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendQueryManyIgnored covers rules with more ignored names than the
+// linear search handles, which switch to a set.
+func TestAppendQueryManyIgnored(t *testing.T) {
+	var ignore []string
+	for i := range linearIgnore + 3 {
+		ignore = append(ignore, "i"+strings.Repeat("x", i))
+	}
+	r, err := NewRules(ignore, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ignoreSet == nil {
+		t.Fatalf("%d ignored names: want a set", len(ignore))
+	}
+	q := "b=1&" + strings.Join(ignore, "=1&") + "=1&a=2&ixxxxxxxxxxxxxxxxx=3"
+	got := string(r.AppendQuery(nil, []byte(q)))
+	if want := refQuery(ignore, q); got != want || got != "a=2&b=1&ixxxxxxxxxxxxxxxxx=3" {
+		t.Errorf("AppendQuery(%q) = %q, want %q", q, got, want)
+	}
+}

@@ -60,6 +60,53 @@ type Config struct {
 	// Routes are matched in order: the first route whose host and path
 	// prefix match a request wins. At least one is required.
 	Routes []*Route `yaml:"routes"`
+	// Tenants configures per-tenant admission (rate and concurrency
+	// limits, origin share). Absent: no admission control, every request
+	// is admitted.
+	Tenants *Tenants `yaml:"tenants"`
+}
+
+// Tenants identifies tenants and sets their limits. Limits are fleet-wide:
+// with N live peers each node enforces rate/N and burst/N;
+// max_concurrency is per node.
+type Tenants struct {
+	// Identify says where a request's tenant comes from. Exactly one of
+	// header or api_keys. A route's `tenant:` overrides it.
+	Identify TenantIdentify `yaml:"identify"`
+	// Default is the class of requests with no or an unknown tenant.
+	// Required.
+	Default TenantLimits `yaml:"default"`
+	// Classes are the named tenants. A name is matched exactly
+	// (case-sensitive); "default" is reserved.
+	Classes map[string]*TenantLimits `yaml:"classes"`
+}
+
+// TenantIdentify names the request field carrying the tenant.
+type TenantIdentify struct {
+	// Header is a request header whose value is the tenant name.
+	Header string `yaml:"header"`
+	// APIKeys maps API keys (in a request header) to tenant names; an
+	// unknown key is the default class.
+	APIKeys *APIKeys `yaml:"api_keys"`
+}
+
+// APIKeys is a header and the keys it may carry.
+type APIKeys struct {
+	Header string            `yaml:"header"`
+	Keys   map[string]string `yaml:"keys"` // key → tenant name; use ${VAR} to keep keys out of the file
+}
+
+// TenantLimits are one class's limits.
+type TenantLimits struct {
+	// Rate is requests per second, fleet-wide. Required, > 0.
+	Rate float64 `yaml:"rate"`
+	// Burst is the bucket size. Default ceil(rate).
+	Burst int `yaml:"burst"`
+	// MaxConcurrency bounds in-flight requests per node. Required, ≥ 1.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// OriginShare is the fraction (0, 1] of each origin's concurrency
+	// budget this tenant's misses may hold. Default 1.
+	OriginShare float64 `yaml:"origin_share"`
 }
 
 // Admin is the admin listener. It serves operators only: keep it on
@@ -133,6 +180,32 @@ type Origin struct {
 	MaxConcurrency int `yaml:"max_concurrency"`
 	// MaxResponseHeaderSize bounds a response header block. Default 64KiB.
 	MaxResponseHeaderSize Size `yaml:"max_response_header_size"`
+	// MaxRate bounds fetches per second to this origin per node. Default
+	// 0: no rate limit (max_concurrency still applies).
+	MaxRate float64 `yaml:"max_rate"`
+	// SlowStart: after the breaker closes, the concurrency budget ramps
+	// from 10% to 100% over this long. Default 30s; 0 disables.
+	SlowStart time.Duration `yaml:"slow_start"`
+	// Breaker is the origin's circuit breaker.
+	Breaker Breaker `yaml:"breaker"`
+}
+
+// Breaker configures an origin's circuit breaker. Zero values take the
+// breaker package's defaults (5 consecutive failures; or a failure ratio
+// of 0.5 over at least 20 requests in a 10s interval; open for 5s; 3
+// half-open probes).
+type Breaker struct {
+	// Disabled turns the breaker off (never recommended in production).
+	Disabled            bool          `yaml:"disabled"`
+	ConsecutiveFailures int           `yaml:"consecutive_failures"`
+	FailureRatio        float64       `yaml:"failure_ratio"`
+	MinRequests         int           `yaml:"min_requests"`
+	Interval            time.Duration `yaml:"interval"`
+	OpenFor             time.Duration `yaml:"open_for"`
+	HalfOpenProbes      int           `yaml:"half_open_probes"`
+	// TripOn429 counts origin 429 answers as failures. Default false: a
+	// 429 is usually about one client, not the origin's health.
+	TripOn429 bool `yaml:"trip_on_429"`
 }
 
 // Route maps requests to an origin and a cache policy.
@@ -149,6 +222,9 @@ type Route struct {
 	Origin string `yaml:"origin"`
 	// Cache is the route's cache policy.
 	Cache RouteCache `yaml:"cache"`
+	// Tenant, when set, fixes the tenant of every request on this route
+	// (a class name or "default"), whatever the request carries.
+	Tenant string `yaml:"tenant"`
 }
 
 // RouteCache is a route's cache policy.
@@ -178,6 +254,12 @@ type RouteCache struct {
 	// is stored and replayed). Default false: such responses are never
 	// stored or shared.
 	AllowSetCookie bool `yaml:"allow_set_cookie"`
+	// TenantScoped makes the tenant part of the cache key: one tenant
+	// never reads another's entry. Needs `tenants:`.
+	TenantScoped bool `yaml:"tenant_scoped"`
+	// StaleOn429 serves a stale copy (inside stale-if-error) when the
+	// origin answers 429, as for 5xx. Default false.
+	StaleOn429 bool `yaml:"stale_on_429"`
 }
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -92,6 +93,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	switch v.Kind() {
+	case reflect.Pointer:
+		// An optional section (e.g. tenants): present means allocated.
+		p := reflect.New(v.Type().Elem())
+		d.decode(n, p.Elem(), path)
+		v.Set(p)
 	case reflect.Struct:
 		d.structure(n, v, path)
 	case reflect.Map:
@@ -123,6 +129,16 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 				d.errorf(n, path, "expected an integer, got %q", s)
 			default:
 				v.SetInt(i)
+			}
+		}
+	case reflect.Float64:
+		if s, ok := d.scalar(n, path, "a number"); ok {
+			f, err := strconv.ParseFloat(s, 64)
+			switch {
+			case err != nil, math.IsNaN(f), math.IsInf(f, 0):
+				d.errorf(n, path, "expected a number, got %q", s)
+			default:
+				v.SetFloat(f)
 			}
 		}
 	default:

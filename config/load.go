@@ -54,6 +54,7 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Co
 		return nil, err
 	}
 	applyDefaults(c, d.has)
+	applyProtectionDefaults(c, d.has)
 	normalize(c)
 	d.validate(c)
 	if err := joinErrors(d.errs); err != nil {

@@ -68,6 +68,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateCache(&c.Cache)
 	d.validateOrigins(c.Origins)
 	d.validateRoutes(c)
+	d.validateProtection(c)
 }
 
 func (d *decoder) validateCache(c *Cache) {

@@ -1,0 +1,58 @@
+//go:build !race
+
+package proxy
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestHitAllocs asserts the hot path allocates nothing: a cache HIT
+// through the handler, with a reused RequestCtx as the server reuses it,
+// for a plain entry and for a vary marker plus variant. (The race
+// detector adds allocations, hence the build tag.)
+func TestHitAllocs(t *testing.T) {
+	tests := []struct {
+		name string
+		vary bool
+	}{
+		{"plain", false},
+		{"vary", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, ctx := warmHit(t, tt.vary)
+			h := p.Handler()
+			hit := true
+			allocs := testing.AllocsPerRun(1000, func() {
+				ctx.Response.Reset()
+				h(ctx)
+				hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix)
+			})
+			if !hit {
+				t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(hCacheStatus))
+			}
+			if allocs != 0 {
+				t.Errorf("HIT = %v allocs/op, want 0", allocs)
+			}
+		})
+	}
+}
+
+// TestNotModifiedHitAllocs: a conditional request answered 304 from
+// cache is a hit too, and as cheap.
+func TestNotModifiedHitAllocs(t *testing.T) {
+	p, _ := warmHit(t, false)
+	ctx := get(t, "/hit?id=42", `If-None-Match: "abc123"`)
+	h := p.Handler()
+	allocs := testing.AllocsPerRun(1000, func() {
+		ctx.Response.Reset()
+		h(ctx)
+	})
+	if ctx.Response.StatusCode() != 304 {
+		t.Fatalf("status = %d, want 304", ctx.Response.StatusCode())
+	}
+	if allocs != 0 {
+		t.Errorf("304 HIT = %v allocs/op, want 0", allocs)
+	}
+}

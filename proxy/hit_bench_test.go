@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+)
+
+// hitBody is the 1 KiB body of the benchmarked object.
+var hitBody = bytes.Repeat([]byte("0123456789abcdef"), 64)
+
+// hitOrigin answers every path with hitBody, cacheable for an hour, with
+// the usual handful of headers; with vary it varies on Accept-Encoding.
+func hitOrigin(vary bool) func(w http.ResponseWriter, r *http.Request, n int64) {
+	return func(w http.ResponseWriter, r *http.Request, n int64) {
+		h := w.Header()
+		h.Set("Cache-Control", "public, max-age=3600")
+		h.Set("Content-Type", "application/json")
+		h.Set("ETag", `"abc123"`)
+		h.Set("Last-Modified", "Tue, 15 Nov 1994 12:45:26 GMT")
+		h.Set("X-Request-Id", "0f8fad5b-d9cb-469f-a165-70867728950e")
+		if vary {
+			h.Set("Vary", "Accept-Encoding")
+		}
+		_, _ = w.Write(hitBody)
+	}
+}
+
+// warmHit builds a proxy in front of a real origin, stores the object at
+// /hit and returns a ctx whose request hits it. The ctx is reused by the
+// caller: reset its response, keep its request.
+func warmHit(tb testing.TB, vary bool) (*Proxy, *fasthttp.RequestCtx) {
+	tb.Helper()
+	o := newTestOrigin(tb, hitOrigin(vary))
+	p := newTestProxy(tb, o.addr(), nil)
+	ctx := hitCtx(tb)
+	serve(p, ctx)
+	if cs := ctx.Response.Header.Peek("Cache-Status"); !bytes.Contains(cs, []byte("stored")) {
+		tb.Fatalf("warming request: Cache-Status = %q, want a stored miss", cs)
+	}
+	ctx.Response.Reset()
+	p.Handler()(ctx)
+	checkHit(tb, ctx)
+	return p, ctx
+}
+
+// hitCtx is a typical browser-ish GET for /hit.
+func hitCtx(tb testing.TB) *fasthttp.RequestCtx {
+	return get(tb, "/hit?id=42",
+		"User-Agent: Mozilla/5.0 (bench)",
+		"Accept: application/json",
+		"Accept-Encoding: gzip, br",
+		"Accept-Language: en",
+	)
+}
+
+var hitPrefix = []byte("shield; hit")
+
+func checkHit(tb testing.TB, ctx *fasthttp.RequestCtx) {
+	if cs := ctx.Response.Header.PeekBytes(hCacheStatus); !bytes.HasPrefix(cs, hitPrefix) {
+		tb.Fatalf("Cache-Status = %q, want %q...", cs, hitPrefix)
+	}
+	if len(ctx.Response.Body()) != len(hitBody) {
+		tb.Fatalf("hit body is %d bytes, want %d", len(ctx.Response.Body()), len(hitBody))
+	}
+}
+
+func benchmarkHit(b *testing.B, vary bool) {
+	p, ctx := warmHit(b, vary)
+	h := p.Handler()
+	b.SetBytes(int64(len(hitBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		h(ctx)
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
+			b.Fatalf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(hCacheStatus))
+		}
+	}
+}
+
+// BenchmarkHit is the hot path: route, key, lookup, decode, respond.
+func BenchmarkHit(b *testing.B) { benchmarkHit(b, false) }
+
+// BenchmarkHitVary adds the vary marker and the variant lookup.
+func BenchmarkHitVary(b *testing.B) { benchmarkHit(b, true) }
+
+func BenchmarkHitParallel(b *testing.B) {
+	p, _ := warmHit(b, false)
+	h := p.Handler()
+	b.SetBytes(int64(len(hitBody)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := hitCtx(b)
+		for pb.Next() {
+			ctx.Response.Reset()
+			h(ctx)
+			if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
+				b.Errorf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(hCacheStatus))
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkMiss fetches a new key from the local origin each time: the
+// origin round trip over loopback TCP dominates.
+func BenchmarkMiss(b *testing.B) {
+	o := newTestOrigin(b, hitOrigin(false))
+	p := newTestProxy(b, o.addr(), nil)
+	h := p.Handler()
+	ctx := hitCtx(b)
+	uri := make([]byte, 0, 64)
+	n := 0
+	b.SetBytes(int64(len(hitBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		uri = strconv.AppendInt(append(uri[:0], "/miss/"...), int64(n), 10)
+		ctx.Request.SetRequestURIBytes(uri)
+		ctx.Response.Reset()
+		h(ctx)
+		if cs := ctx.Response.Header.PeekBytes(hCacheStatus); !bytes.HasPrefix(cs, []byte("shield; fwd=miss")) {
+			b.Fatalf("Cache-Status = %q, want a miss", cs)
+		}
+	}
+}
+
+// BenchmarkHitInMemoryServer is the end-to-end in-process figure: a
+// fasthttp.Client GET through a fasthttp.Server serving the proxy on an
+// in-memory listener (HTTP parsing and writing included, no sockets).
+func BenchmarkHitInMemoryServer(b *testing.B) {
+	p, _ := warmHit(b, false)
+	ln := fasthttputil.NewInmemoryListener()
+	srv := &fasthttp.Server{Handler: p.Handler()}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	b.Cleanup(func() {
+		c.CloseIdleConnections()
+		if err := srv.Shutdown(); err != nil {
+			b.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			b.Errorf("Serve: %v", err)
+		}
+	})
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + testHost + "/hit?id=42")
+	req.Header.Set("Accept-Encoding", "gzip, br")
+	b.SetBytes(int64(len(hitBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Do(req, resp); err != nil {
+			b.Fatal(err)
+		}
+		if !bytes.HasPrefix(resp.Header.PeekBytes(hCacheStatus), hitPrefix) || len(resp.Body()) != len(hitBody) {
+			b.Fatalf("status %d, Cache-Status %q, %d bytes; want a hit of %d bytes",
+				resp.StatusCode(), resp.Header.PeekBytes(hCacheStatus), len(resp.Body()), len(hitBody))
+		}
+	}
+}
