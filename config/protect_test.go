@@ -50,7 +50,7 @@ func TestProtectionParse(t *testing.T) {
 func TestProtectionErrors(t *testing.T) {
 	tests := []struct {
 		name, from, to, field string
-		line              int
+		line                  int
 	}{
 		{"ratio", "failure_ratio: 0.25", "failure_ratio: 1.5", "origins.api.breaker.failure_ratio", 7},
 		{"rate not a number", "max_rate: 50.5", "max_rate: fast", "origins.api.max_rate", 5},

@@ -16,7 +16,6 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 		case "/metrics":
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			p.g.set.WritePrometheus(ctx)
-			p.rt.Load().set.WritePrometheus(ctx)
 			metrics.WriteProcessMetrics(ctx)
 		case "/healthz":
 			ctx.SetBodyString("ok\n")

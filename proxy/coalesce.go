@@ -3,6 +3,7 @@ package proxy
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Coalescing (DESIGN §6): one origin fetch in flight per key per node. The
@@ -34,11 +35,12 @@ type flight struct {
 	shard   *flightShard
 
 	// Written by the leader before done is closed; read only after.
-	kind   resultKind
-	entry  []byte // encoded entry (read-only, shared by all waiters)
-	key    []byte // key the entry was stored under (primary or variant)
-	status int    // for flightFailed
-	detail string // for flightFailed: Cache-Status detail
+	kind       resultKind
+	entry      []byte        // encoded entry (read-only, shared by all waiters)
+	key        []byte        // key the entry was stored under (primary or variant)
+	status     int           // for flightFailed
+	detail     string        // for flightFailed: Cache-Status detail
+	retryAfter time.Duration // for flightFailed with 503
 }
 
 const flightShards = 64

@@ -9,16 +9,133 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/stale"
 )
+
+// answerKind is what one origin fetch on behalf of the cache produced.
+type answerKind uint8
+
+const (
+	ansStored      answerKind = iota + 1 // storable response, stored; entry holds it
+	ansRevalidated                       // 304 to our conditional; entry holds the refreshed copy
+	ansUnstorable                        // an answer that must not be shared (resp, body)
+	ansStream                            // larger than max_object_size: resp streams, body is its start
+	ansOriginError                       // origin answered 5xx (or 429 on a stale_on_429 route)
+	ansFailed                            // no answer: transport error, timeout, breaker, budget
+)
+
+// answer is the outcome of fetchOrigin. It does not reference the
+// client's RequestCtx, so it can come from a background refresh.
+type answer struct {
+	kind       answerKind
+	entry      []byte             // ansStored, ansRevalidated: encoded, read-only, shareable
+	key        []byte             // the key entry is stored under
+	resp       *fasthttp.Response // ansUnstorable, ansStream, ansOriginError; release()
+	body       []byte             // the body read so far
+	reason     string             // ansUnstorable: why not stored
+	hitForMiss bool               // ansUnstorable: remember the key as unshareable
+	fail       failure            // ansFailed, ansOriginError
+}
+
+// release frees the origin response the answer still holds.
+func (a *answer) release() {
+	if a.resp != nil {
+		_ = a.resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(a.resp)
+		a.resp = nil
+	}
+}
+
+// fetchOrigin fetches req for the cache, stores what may be stored and
+// says what happened. primary is the request's primary key, flightKey the
+// key it coalesces on (the variant key when a vary marker is known); se,
+// when set, is the stored copy whose validators req carries.
+func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, se *entry, hasAuth bool) answer {
+	o := rte.origin
+	resp := fasthttp.AcquireResponse()
+	reqTime := time.Now()
+	if ok, fl := o.call(t, req, resp); !ok {
+		fasthttp.ReleaseResponse(resp)
+		return answer{kind: ansFailed, fail: fl}
+	}
+	status := resp.StatusCode()
+	if se != nil {
+		if status == fasthttp.StatusNotModified {
+			o.m.revalidations[0].Inc()
+			_ = resp.CloseBodyStream()
+			enc, key := p.refresh(rte, req, se, resp, flightKey, reqTime, time.Now(), hasAuth)
+			fasthttp.ReleaseResponse(resp)
+			return answer{kind: ansRevalidated, entry: enc, key: key}
+		}
+		o.m.revalidations[1].Inc()
+	}
+	body, complete, err := readBody(resp, rt.maxObject)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		o.m.fetches[outError].Inc()
+		return answer{kind: ansFailed, fail: failure{status: fasthttp.StatusBadGateway, detail: "error"}}
+	}
+	if !complete {
+		return answer{kind: ansStream, resp: resp, body: body}
+	}
+	if status >= 500 {
+		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}
+	}
+	if status == fasthttp.StatusTooManyRequests && rte.staleOn429 {
+		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusTooManyRequests, detail: "origin-429"}}
+	}
+	respTime := time.Now()
+	d := decide(hasAuth, resp, rte, reqTime, respTime)
+	if !d.storable {
+		p.g.notStored.Inc()
+		return answer{kind: ansUnstorable, resp: resp, body: body, reason: d.reason, hitForMiss: d.hitForMiss}
+	}
+	e := entry{
+		kind:         kindResponse,
+		status:       status,
+		storedAt:     respTime.UnixNano(),
+		initialAge:   int64(d.initialAge),
+		lifetime:     int64(d.lifetime),
+		swr:          int64(d.swr),
+		sie:          int64(d.sie),
+		etag:         bytes.Clone(resp.Header.PeekBytes(hETag)),
+		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
+		body:         body,
+	}
+	headers, vary := storedHeaders(resp, respTime, rte.allowSC)
+	fasthttp.ReleaseResponse(resp)
+	enc, key := p.storeResponse(primary, &req.Header, &e, vary, headers, respTime)
+	rte.m.stored.Inc()
+	return answer{kind: ansStored, entry: enc, key: key}
+}
+
+// publish hands a fetch's outcome to the flight's waiters. Only a stored
+// (shareable) response is shared; failures are shared as failures so
+// waiters do not each retry a failing origin.
+func publish(f *flight, a *answer) {
+	if f == nil {
+		return
+	}
+	switch a.kind {
+	case ansStored, ansRevalidated:
+		f.kind, f.entry, f.key = flightShared, a.entry, a.key
+	case ansOriginError, ansFailed:
+		f.kind, f.status, f.detail, f.retryAfter = flightFailed, a.fail.status, a.fail.detail, a.fail.retryAfter
+		if a.kind == ansOriginError {
+			f.status = fasthttp.StatusBadGateway
+		}
+	default:
+		f.kind = flightUnshareable
+	}
+}
 
 // miss fetches through the coalescing group: the first request for the
 // key leads, the others wait for its result.
 func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, staleCopy []byte, fwd string) result {
 	key := sc.flightKey()
-	digest := cachekey.Digest(key)
-	f, leader := p.fl.join(key, digest)
+	f, leader := p.fl.join(key, cachekey.Digest(key))
 	if !leader {
 		return p.wait(ctx, rt, rte, sc, f, staleCopy, fwd)
 	}
@@ -43,8 +160,8 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	case <-t.C:
 		p.g.waiting.Add(-1)
 		p.g.waitTimeouts.Inc()
-		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for the origin", "shield; fwd=miss; collapsed; detail=wait-timeout")
-		return resError
+		fl := failure{status: fasthttp.StatusGatewayTimeout, detail: "wait-timeout"}
+		return p.failed(ctx, rte, decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail=wait-timeout")
 	}
 	switch f.kind {
 	case flightShared:
@@ -64,149 +181,174 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; collapsed")
 		return resCollapsed
 	case flightFailed:
-		p.generatedStatus(ctx, f.status, "origin unavailable", "shield; fwd="+fwd+"; collapsed; detail="+f.detail)
-		return resError
+		fl := failure{status: f.status, detail: f.detail, retryAfter: f.retryAfter}
+		return p.failed(ctx, rte, decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail="+f.detail)
 	default:
 		// Unshareable: fetch on our own, never from the leader's answer.
 		return p.fetch(ctx, rt, rte, sc, nil, staleCopy, "bypass")
 	}
 }
 
-// fetch asks the origin on behalf of the cache, stores what may be
-// stored, answers the client and, when f is set, publishes the result to
-// the flight's waiters. staleCopy, when set, is the stored entry whose
-// validators make the request conditional.
-func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, f *flight, staleCopy []byte, fwd string) result {
-	o := rte.origin
-	var se *entry
-	if staleCopy != nil {
-		se = new(entry)
-		if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse {
-			se = nil
-		}
+// decodeStale decodes a kept stale copy, or returns nil.
+func decodeStale(staleCopy []byte) *entry {
+	if staleCopy == nil {
+		return nil
 	}
+	se := new(entry)
+	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse {
+		return nil
+	}
+	return se
+}
+
+// fetch asks the origin on behalf of the cache, answers the client and,
+// when f is set, publishes the result to the flight's waiters.
+func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, f *flight, staleCopy []byte, fwd string) result {
+	se := decodeStale(staleCopy)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, true, se)
-
-	resp := fasthttp.AcquireResponse()
-	keep := false // set when a streamed body owns resp
-	defer func() {
-		if !keep {
-			fasthttp.ReleaseResponse(resp)
+	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
+	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), se, hasAuth)
+	publish(f, &a)
+	now := time.Now()
+	switch a.kind {
+	case ansStored, ansRevalidated:
+		var e entry
+		_ = decodeEntry(a.entry, &e)
+		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
+		if a.kind == ansRevalidated {
+			p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status=304; stored")
+			return resRevalidated
 		}
-	}()
-
-	reqTime := time.Now()
-	err := o.do(req, resp, reqTime.Add(o.timeout))
-	if err != nil {
-		return p.fetchFailed(ctx, o, f, err, fwd)
-	}
-	o.m.duration.UpdateDuration(reqTime)
-	status := resp.StatusCode()
-
-	if status == fasthttp.StatusNotModified && se != nil {
-		o.m.fetches[outNotModified].Inc()
-		_ = resp.CloseBodyStream()
-		return p.revalidated(ctx, rte, sc, f, se, resp, reqTime, time.Now(), fwd)
-	}
-	if status >= 500 {
-		o.m.fetches[out5xx].Inc()
-	} else {
-		o.m.fetches[outOK].Inc()
-	}
-
-	body, complete, err := readBody(resp, rt.maxObject)
-	if err != nil {
-		return p.fetchFailed(ctx, o, f, err, fwd)
-	}
-	respTime := time.Now()
-	if !complete {
+		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status="+itoa(e.status)+"; stored")
+		return resMiss
+	case ansUnstorable:
+		if a.hitForMiss {
+			p.writeHitForMiss(rt, sc.flightKey(), now)
+		}
+		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode())+"; detail="+a.reason)
+		a.release()
+		return resMiss
+	case ansStream:
 		// Larger than max_object_size: stream it through, store nothing,
 		// and send later requests straight to the origin.
 		p.g.streamed.Inc()
-		if f != nil {
-			f.kind = flightUnshareable
-		}
-		p.writeHitForMiss(rt, sc.flightKey(), respTime)
-		copyResponseHead(&ctx.Response, resp, respTime)
+		p.writeHitForMiss(rt, sc.flightKey(), now)
+		copyResponseHead(&ctx.Response, a.resp, now)
 		ctx.Response.Header.Set("Cache-Status", "shield; fwd="+fwd+"; detail=too-large")
-		ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(body), resp.BodyStream()), resp: resp}, -1)
-		keep = true
+		ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(a.body), a.resp.BodyStream()), resp: a.resp}, -1)
 		return resMiss
-	}
-	if status >= 500 {
-		// Origin errors are never cached nor shared as content; waiters
-		// get a 502 of ours rather than each retrying the origin.
-		if f != nil {
-			f.kind, f.status, f.detail = flightFailed, fasthttp.StatusBadGateway, "origin-5xx"
+	case ansOriginError:
+		if se != nil && staleServable(se, now) {
+			a.release()
+			return p.serveStale(ctx, rte, se, staleReasonOf(a.fail.detail))
 		}
-		passResponse(&ctx.Response, resp, body, respTime, "shield; fwd="+fwd+"; fwd-status="+itoa(status))
+		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode()))
+		a.release()
 		return resMiss
+	default: // ansFailed
+		return p.failed(ctx, rte, se, a.fail, "shield; fwd="+fwd+"; detail="+a.fail.detail)
 	}
+}
 
-	d := decide(&ctx.Request.Header, resp, rte, reqTime, respTime)
-	if !d.storable {
-		p.g.notStored.Inc()
-		if f != nil {
-			f.kind = flightUnshareable
-		}
-		if d.hitForMiss {
-			p.writeHitForMiss(rt, sc.flightKey(), respTime)
-		}
-		passResponse(&ctx.Response, resp, body, respTime, "shield; fwd="+fwd+"; fwd-status="+itoa(status)+"; detail="+d.reason)
-		return resMiss
+// failed answers a request whose origin fetch failed: the stale copy when
+// its stale-if-error window allows, else shield's own error.
+func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *entry, fl failure, cacheStatus string) result {
+	if se != nil && staleServable(se, time.Now()) {
+		return p.serveStale(ctx, rte, se, staleReasonOf(fl.detail))
 	}
+	p.generatedStatus(ctx, fl.status, "origin unavailable: "+fl.detail, cacheStatus)
+	if fl.status == fasthttp.StatusServiceUnavailable || fl.status == fasthttp.StatusTooManyRequests {
+		setRetryAfter(&ctx.Response, fl.retryAfter)
+	}
+	return resError
+}
 
-	e := entry{
-		kind:         kindResponse,
-		status:       status,
-		storedAt:     respTime.UnixNano(),
-		initialAge:   int64(d.initialAge),
-		lifetime:     int64(d.lifetime),
-		swr:          int64(d.swr),
-		sie:          int64(d.sie),
-		etag:         resp.Header.PeekBytes(hETag),
-		lastModified: resp.Header.PeekBytes(hLastModified),
-		body:         body,
+// staleServable reports whether se may stand in for a failed fetch: it is
+// fresh (the client asked to revalidate), or inside its
+// stale-while-revalidate or stale-if-error window. Responses with
+// must-revalidate, proxy-revalidate or no-cache have no windows.
+func staleServable(se *entry, now time.Time) bool {
+	age := stale.CurrentAge(time.Duration(se.initialAge), time.Unix(0, se.storedAt), now)
+	return stale.Classify(age, time.Duration(se.lifetime), time.Duration(se.swr), time.Duration(se.sie), nil) != stale.Expired
+}
+
+// serveStale answers from a stale copy and says why.
+func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why staleReason) result {
+	age := stale.CurrentAge(time.Duration(se.initialAge), time.Unix(0, se.storedAt), time.Now())
+	ctx.Response.Reset()
+	p.serveShared(ctx, se, age, "shield; hit; fwd=stale; detail="+staleLabels[why])
+	rte.m.stale[why].Inc()
+	return resStale
+}
+
+// setRetryAfter writes Retry-After in whole seconds, at least 1.
+func setRetryAfter(resp *fasthttp.Response, d time.Duration) {
+	secs := int64((d + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
 	}
-	headers, vary := storedHeaders(resp, respTime, rte.allowSC)
-	storeKey := p.storeResponse(sc, &ctx.Request.Header, &e, vary, headers, respTime)
-	rte.m.stored.Inc()
-	enc := appendEntry(nil, &e, vary, headers)
-	if f != nil {
-		f.kind, f.entry, f.key = flightShared, enc, storeKey
+	var b [20]byte
+	resp.Header.SetBytesKV(hRetryAfter, appendInt(b[:0], secs))
+}
+
+// refreshInBackground starts one background refresh of a stale entry
+// (stale-while-revalidate), coalesced with any fetch of the key already in
+// flight. The request is copied before the handler returns; the refresh
+// runs under the proxy's background context, is not charged to the
+// client's tenant, and its result reaches waiters like any fetch.
+func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, staleCopy []byte) {
+	key := sc.flightKey()
+	f, leader := p.fl.join(key, cachekey.Digest(key))
+	if !leader {
+		return
 	}
-	var out entry
-	_ = decodeEntry(enc, &out)
-	p.serveShared(ctx, &out, d.initialAge, "shield; fwd="+fwd+"; fwd-status="+itoa(status)+"; stored")
-	return resMiss
+	se := decodeStale(staleCopy)
+	req := fasthttp.AcquireRequest()
+	buildUpstream(req, ctx, true, se)
+	primary, flightKey := bytes.Clone(sc.key), bytes.Clone(key)
+	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
+	p.bgWG.Add(1)
+	go func() {
+		defer p.bgWG.Done()
+		defer fasthttp.ReleaseRequest(req)
+		defer p.fl.finish(f)
+		if p.bgCtx.Err() != nil {
+			return
+		}
+		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, se, hasAuth)
+		publish(f, &a)
+		if a.kind == ansUnstorable && a.hitForMiss || a.kind == ansStream {
+			p.writeHitForMiss(rt, flightKey, time.Now())
+		}
+		a.release()
+	}()
 }
 
 // storeResponse writes e (and, for a varying response, its vary marker)
-// and returns the key e was stored under.
-func (p *Proxy) storeResponse(sc *scratch, h *fasthttp.RequestHeader, e *entry, vary [][]byte, headers []header, respTime time.Time) []byte {
-	if len(vary) == 0 {
-		key := bytes.Clone(sc.key)
-		e.keyDigest = cachekey.Digest(key)
-		p.store.set(key, appendEntry(nil, e, nil, headers))
-		return key
-	}
-	// Keep the marker when it already names the same headers: rewriting
-	// it would invalidate every other variant.
-	var cur entry
-	curBuf := p.store.get(nil, sc.key)
-	if len(curBuf) == 0 || decodeEntry(curBuf, &cur) != nil || cur.kind != kindVary || !sameVary(&cur, vary) {
-		marker := entry{kind: kindVary, storedAt: respTime.UnixNano(), keyDigest: cachekey.Digest(sc.key)}
-		p.store.set(sc.key, appendEntry(nil, &marker, vary, nil))
-	}
-	key := bytes.Clone(sc.key)
-	for _, name := range vary {
-		key = cachekey.AppendVary(key, name, h.PeekBytes(name))
+// and returns the encoded entry and the key it was stored under. Variant
+// values come from the upstream request's headers (the client's, minus
+// hop-by-hop fields).
+func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *entry, vary [][]byte, headers []header, respTime time.Time) (enc, key []byte) {
+	key = bytes.Clone(primary)
+	if len(vary) > 0 {
+		// Keep the marker when it already names the same headers:
+		// rewriting it would invalidate every other variant.
+		var cur entry
+		curBuf := p.store.get(nil, primary)
+		if len(curBuf) == 0 || decodeEntry(curBuf, &cur) != nil || cur.kind != kindVary || !sameVary(&cur, vary) {
+			marker := entry{kind: kindVary, storedAt: respTime.UnixNano(), keyDigest: cachekey.Digest(primary)}
+			p.store.set(primary, appendEntry(nil, &marker, vary, nil))
+		}
+		for _, name := range vary {
+			key = cachekey.AppendVary(key, name, h.PeekBytes(name))
+		}
 	}
 	e.keyDigest = cachekey.Digest(key)
-	p.store.set(key, appendEntry(nil, e, vary, headers))
-	return key
+	enc = appendEntry(nil, e, vary, headers)
+	p.store.set(key, enc)
+	return enc, key
 }
 
 func sameVary(e *entry, vary [][]byte) bool {
@@ -223,61 +365,41 @@ func sameVary(e *entry, vary [][]byte) bool {
 	return true
 }
 
-// revalidated handles a 304 to our conditional request: the stored body
-// is kept, headers from the 304 replace stored ones of the same name, and
+// refresh handles a 304 to our conditional request: the stored body is
+// kept, fields from the 304 replace stored ones of the same name, and
 // freshness restarts from this response (RFC 9111 §4.3.4).
-func (p *Proxy) revalidated(ctx *fasthttp.RequestCtx, rte *route, sc *scratch, f *flight, se *entry, resp *fasthttp.Response, reqTime, respTime time.Time, fwd string) result {
+func (p *Proxy) refresh(rte *route, req *fasthttp.Request, se *entry, resp *fasthttp.Response, key []byte, reqTime, respTime time.Time, hasAuth bool) (enc, storedKey []byte) {
 	merged := mergeHeaders(se, resp, respTime)
-	// Freshness is computed from the merged header set, as if the
-	// stored response had just arrived with the new fields.
+	// Freshness is computed from the merged field set, as if the stored
+	// response had just arrived with the new fields.
 	tmp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(tmp)
 	tmp.SetStatusCode(se.status)
 	for _, h := range merged {
 		tmp.Header.AddBytesKV(h.k, h.v)
 	}
-	d := decide(&ctx.Request.Header, tmp, rte, reqTime, respTime)
+	d := decide(hasAuth, tmp, rte, reqTime, respTime)
 	e := *se
 	e.storedAt = respTime.UnixNano()
 	e.initialAge, e.lifetime, e.swr, e.sie = int64(d.initialAge), int64(d.lifetime), int64(d.swr), int64(d.sie)
 	if v := tmp.Header.PeekBytes(hETag); len(v) > 0 {
-		e.etag = v
+		e.etag = bytes.Clone(v)
 	}
 	if v := tmp.Header.PeekBytes(hLastModified); len(v) > 0 {
-		e.lastModified = v
+		e.lastModified = bytes.Clone(v)
 	}
 	var vary [][]byte
 	it := se.varyNames()
 	for n, ok := it.next(); ok; n, ok = it.next() {
 		vary = append(vary, n)
 	}
-	key := bytes.Clone(sc.flightKey())
+	storedKey = bytes.Clone(key)
+	e.keyDigest = cachekey.Digest(storedKey)
+	enc = appendEntry(nil, &e, vary, merged)
 	if d.storable {
-		e.keyDigest = cachekey.Digest(key)
-		p.store.set(key, appendEntry(nil, &e, vary, merged))
+		p.store.set(storedKey, enc)
 	}
-	enc := appendEntry(nil, &e, vary, merged)
-	if f != nil {
-		f.kind, f.entry, f.key = flightShared, enc, key
-	}
-	var out entry
-	_ = decodeEntry(enc, &out)
-	p.serveShared(ctx, &out, d.initialAge, "shield; fwd="+fwd+"; fwd-status=304; stored")
-	return resRevalidated
-}
-
-// fetchFailed answers a transport failure: 502 or 504, shared with the
-// flight's waiters so they do not each retry a failing origin.
-func (p *Proxy) fetchFailed(ctx *fasthttp.RequestCtx, o *origin, f *flight, err error, fwd string) result {
-	outcome, status := classifyErr(err)
-	o.m.fetches[outcome].Inc()
-	detail := outcomeLabels[outcome]
-	if f != nil {
-		f.kind, f.status, f.detail = flightFailed, status, detail
-	}
-	p.logger.Debug("origin fetch failed", "origin", o.name, "err", err)
-	p.generatedStatus(ctx, status, "origin unavailable", "shield; fwd="+fwd+"; detail="+detail)
-	return resError
+	return enc, storedKey
 }
 
 // writeHitForMiss remembers that key's response could not be shared, so
@@ -293,10 +415,11 @@ func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, now time.Time) {
 
 // passUnsafe forwards a request whose method is not cacheable. A
 // successful unsafe request invalidates the stored URL (RFC 9111 §4.4).
-func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route) result {
-	res := p.forward(ctx, rte, "shield; fwd=method")
+func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte) result {
+	res := p.forward(ctx, rte, t, "shield; fwd=method")
 	if s := ctx.Response.StatusCode(); s >= 200 && s < 400 && !isSafe(ctx.Request.Header.Method()) {
 		sc := scratchPool.Get().(*scratch)
+		sc.tid = tid
 		sc.key = rte.appendKey(sc.key[:0], ctx, sc)
 		p.store.del(sc.key)
 		scratchPool.Put(sc)
@@ -309,8 +432,8 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 }
 
 // bypass forwards a cacheable-method request that must not use the cache.
-func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, detail string) result {
-	res := p.forward(ctx, rte, "shield; fwd=bypass; detail="+detail)
+func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, detail string) result {
+	res := p.forward(ctx, rte, t, "shield; fwd=bypass; detail="+detail)
 	if res == resMiss {
 		return resBypass
 	}
@@ -318,23 +441,15 @@ func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, 
 }
 
 // forward sends the request as is (minus hop-by-hop fields) and relays
-// the answer without storing it. Bodies are streamed both ways.
-func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, cacheStatus string) result {
-	o := rte.origin
+// the answer without storing it; the answer's body is streamed.
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, cacheStatus string) result {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, false, nil)
 	resp := fasthttp.AcquireResponse()
-	reqTime := time.Now()
-	if err := o.do(req, resp, reqTime.Add(o.timeout)); err != nil {
+	if ok, fl := rte.origin.call(t, req, resp); !ok {
 		fasthttp.ReleaseResponse(resp)
-		return p.fetchFailed(ctx, o, nil, err, "bypass")
-	}
-	o.m.duration.UpdateDuration(reqTime)
-	if resp.StatusCode() >= 500 {
-		o.m.fetches[out5xx].Inc()
-	} else {
-		o.m.fetches[outOK].Inc()
+		return p.failed(ctx, rte, nil, fl, "shield; fwd=bypass; detail="+fl.detail)
 	}
 	copyResponseHead(&ctx.Response, resp, time.Now())
 	ctx.Response.Header.Set("Cache-Status", cacheStatus)

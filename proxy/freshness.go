@@ -26,8 +26,8 @@ var (
 )
 
 // decide applies RFC 9111 storage and freshness rules (package stale) to
-// an origin response fetched for the request whose header is reqH.
-func decide(reqH *fasthttp.RequestHeader, resp *fasthttp.Response, rte *route, reqTime, respTime time.Time) decision {
+// an origin response; hasAuth says the request carried Authorization.
+func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime time.Time) decision {
 	var cc stale.Directives
 	cc.Reset()
 	hasCC, setCookie, varyStar := false, false, false
@@ -44,7 +44,7 @@ func decide(reqH *fasthttp.RequestHeader, resp *fasthttp.Response, rte *route, r
 	}
 	f := stale.Facts{
 		Method:        methodGET, // HEAD misses are fetched as GET
-		Authorization: len(reqH.PeekBytes(hAuthorization)) > 0,
+		Authorization: hasAuth,
 		Status:        resp.StatusCode(),
 		SetCookie:     setCookie,
 		VaryStar:      varyStar,

@@ -5,6 +5,8 @@ package proxy
 import (
 	"bytes"
 	"testing"
+
+	"github.com/valyala/fasthttp"
 )
 
 // TestHitAllocs asserts the hot path allocates nothing: a cache HIT
@@ -54,5 +56,30 @@ func TestNotModifiedHitAllocs(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("304 HIT = %v allocs/op, want 0", allocs)
+	}
+}
+
+// TestHitAllocsInMemoryServer counts every allocation in the process for
+// a GET answered from cache through a real fasthttp.Server and Client on
+// an in-memory listener: server, handler and client together allocate
+// nothing.
+func TestHitAllocsInMemoryServer(t *testing.T) {
+	p, _ := warmHit(t, false)
+	c := inMemoryServer(t, p)
+	req, resp := hitRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	var err error
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err == nil {
+			err = c.Do(req, resp)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClientHit(t, resp)
+	if allocs != 0 {
+		t.Errorf("GET through server and client = %v allocs/op, want 0", allocs)
 	}
 }

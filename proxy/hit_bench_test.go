@@ -49,14 +49,19 @@ func warmHit(tb testing.TB, vary bool) (*Proxy, *fasthttp.RequestCtx) {
 	return p, ctx
 }
 
-// hitCtx is a typical browser-ish GET for /hit.
+// hitCtx is a typical browser-ish GET for /hit. Its response keeps its
+// body buffer across Reset, as fasthttp.Server does for every request by
+// default (ReduceMemoryUsage false, which cmd/shield keeps): ctx.Init
+// alone would return it to fasthttp's body pool on each Reset instead.
 func hitCtx(tb testing.TB) *fasthttp.RequestCtx {
-	return get(tb, "/hit?id=42",
+	ctx := get(tb, "/hit?id=42",
 		"User-Agent: Mozilla/5.0 (bench)",
 		"Accept: application/json",
 		"Accept-Encoding: gzip, br",
 		"Accept-Language: en",
 	)
+	ctx.Response.KeepBodyBuffer = true
+	return ctx
 }
 
 var hitPrefix = []byte("shield; hit")
@@ -131,39 +136,80 @@ func BenchmarkMiss(b *testing.B) {
 	}
 }
 
-// BenchmarkHitInMemoryServer is the end-to-end in-process figure: a
-// fasthttp.Client GET through a fasthttp.Server serving the proxy on an
-// in-memory listener (HTTP parsing and writing included, no sockets).
-func BenchmarkHitInMemoryServer(b *testing.B) {
+// BenchmarkHitPooledBody is BenchmarkHit with the RequestCtx as ctx.Init
+// leaves it (and fasthttp.Server with ReduceMemoryUsage): Reset returns
+// the body buffer to fasthttp's pool. Once that pool calibrates its
+// sizes (after 42000 returns) it keeps only buffers up to the size class
+// of their length — the body — while the entry buffer's capacity also
+// held the entry's meta, so each hit then allocates a new buffer.
+func BenchmarkHitPooledBody(b *testing.B) {
 	p, _ := warmHit(b, false)
+	h := p.Handler()
+	ctx := hitCtx(b)
+	ctx.Response.KeepBodyBuffer = false
+	b.SetBytes(int64(len(hitBody)))
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		h(ctx)
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
+			b.Fatalf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(hCacheStatus))
+		}
+	}
+}
+
+// inMemoryServer serves p's handler with a fasthttp.Server on an
+// in-memory listener and returns a client connected to it.
+func inMemoryServer(tb testing.TB, p *Proxy) *fasthttp.Client {
+	tb.Helper()
 	ln := fasthttputil.NewInmemoryListener()
 	srv := &fasthttp.Server{Handler: p.Handler()}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		c.CloseIdleConnections()
 		if err := srv.Shutdown(); err != nil {
-			b.Errorf("Shutdown: %v", err)
+			tb.Errorf("Shutdown: %v", err)
 		}
 		if err := <-served; err != nil {
-			b.Errorf("Serve: %v", err)
+			tb.Errorf("Serve: %v", err)
 		}
 	})
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
+	return c
+}
+
+// hitRequest is the client side of hitCtx.
+func hitRequest() *fasthttp.Request {
+	req := fasthttp.AcquireRequest()
 	req.SetRequestURI("http://" + testHost + "/hit?id=42")
 	req.Header.Set("Accept-Encoding", "gzip, br")
+	return req
+}
+
+// checkClientHit fails unless resp is a hit with the whole body.
+func checkClientHit(tb testing.TB, resp *fasthttp.Response) {
+	if !bytes.HasPrefix(resp.Header.PeekBytes(hCacheStatus), hitPrefix) || len(resp.Body()) != len(hitBody) {
+		tb.Fatalf("status %d, Cache-Status %q, %d bytes; want a hit of %d bytes",
+			resp.StatusCode(), resp.Header.PeekBytes(hCacheStatus), len(resp.Body()), len(hitBody))
+	}
+}
+
+// BenchmarkHitInMemoryServer is the end-to-end in-process figure: a
+// fasthttp.Client GET through a fasthttp.Server serving the proxy on an
+// in-memory listener (HTTP parsing and writing included, no sockets).
+func BenchmarkHitInMemoryServer(b *testing.B) {
+	p, _ := warmHit(b, false)
+	c := inMemoryServer(b, p)
+	req, resp := hitRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
 	b.SetBytes(int64(len(hitBody)))
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := c.Do(req, resp); err != nil {
 			b.Fatal(err)
 		}
-		if !bytes.HasPrefix(resp.Header.PeekBytes(hCacheStatus), hitPrefix) || len(resp.Body()) != len(hitBody) {
-			b.Fatalf("status %d, Cache-Status %q, %d bytes; want a hit of %d bytes",
-				resp.StatusCode(), resp.Header.PeekBytes(hCacheStatus), len(resp.Body()), len(hitBody))
-		}
+		checkClientHit(b, resp)
 	}
 }

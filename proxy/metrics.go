@@ -6,6 +6,8 @@ import (
 
 	"github.com/VictoriaMetrics/fastcache"
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/shield-proxy/shield/admission"
 )
 
 // Metrics use github.com/VictoriaMetrics/metrics rather than
@@ -29,10 +31,40 @@ const (
 	resBypass                    // not cacheable for this request (hit-for-miss, request no-store, Range...)
 	resPass                      // method not cacheable
 	resError                     // answered with a shield-generated 5xx
+	resRejected                  // refused by admission (429)
 	numResults
 )
 
-var resultLabels = [numResults]string{"hit", "miss", "collapsed", "revalidated", "stale", "bypass", "pass", "error"}
+var resultLabels = [numResults]string{"hit", "miss", "collapsed", "revalidated", "stale", "bypass", "pass", "error", "rejected"}
+
+// staleReason is the `reason` label of shield_stale_served_total and the
+// Cache-Status detail of a stale answer.
+type staleReason uint8
+
+const (
+	staleSWR staleReason = iota
+	staleOrigin5xx
+	staleOrigin429
+	staleTimeout
+	staleError
+	staleBreakerOpen
+	staleBudget
+	staleOriginShare
+	staleWaitTimeout
+	numStaleReasons
+)
+
+var staleLabels = [numStaleReasons]string{"stale-while-revalidate", "origin-5xx", "origin-429", "timeout", "error", "breaker-open", "budget", "origin-share", "wait-timeout"}
+
+// staleReasonOf maps a failure detail to its stale reason.
+func staleReasonOf(detail string) staleReason {
+	for i, l := range staleLabels {
+		if l == detail {
+			return staleReason(i)
+		}
+	}
+	return staleError
+}
 
 // fetchOutcome is the `outcome` label of shield_origin_fetches_total.
 type fetchOutcome uint8
@@ -106,6 +138,7 @@ func writeCacheStats(w io.Writer, c *fastcache.Cache) {
 // routeMetrics are one route's handles.
 type routeMetrics struct {
 	requests [numResults]*metrics.Counter
+	stale    [numStaleReasons]*metrics.Counter
 	duration *metrics.PrometheusHistogram
 	stored   *metrics.Counter
 }
@@ -118,14 +151,20 @@ func newRouteMetrics(s *metrics.Set, route string) *routeMetrics {
 	for i := range m.requests {
 		m.requests[i] = s.NewCounter(`shield_requests_total{route="` + route + `",cache="` + resultLabels[i] + `"}`)
 	}
+	for i := range m.stale {
+		m.stale[i] = s.NewCounter(`shield_stale_served_total{route="` + route + `",reason="` + staleLabels[i] + `"}`)
+	}
 	return m
 }
 
 // originMetrics are one origin's handles.
 type originMetrics struct {
-	fetches  [numOutcomes]*metrics.Counter
-	duration *metrics.PrometheusHistogram
-	inFlight atomic.Int64
+	fetches        [numOutcomes]*metrics.Counter
+	budgetRejected [admission.NumReasons]*metrics.Counter
+	retries        *metrics.Counter
+	revalidations  [2]*metrics.Counter // not_modified, modified
+	duration       *metrics.PrometheusHistogram
+	inFlight       atomic.Int64
 }
 
 func newOriginMetrics(s *metrics.Set, origin string) *originMetrics {
@@ -135,6 +174,19 @@ func newOriginMetrics(s *metrics.Set, origin string) *originMetrics {
 	for i := range m.fetches {
 		m.fetches[i] = s.NewCounter(`shield_origin_fetches_total{origin="` + origin + `",outcome="` + outcomeLabels[i] + `"}`)
 	}
+	for r := admission.Reason(1); int(r) < admission.NumReasons; r++ {
+		if r == admission.Rate || r == admission.Concurrency || r == admission.OriginShare {
+			m.budgetRejected[r] = s.NewCounter(`shield_origin_budget_rejections_total{origin="` + origin + `",reason="` + r.String() + `"}`)
+		}
+	}
+	for r := range m.budgetRejected {
+		if m.budgetRejected[r] == nil {
+			m.budgetRejected[r] = &metrics.Counter{} // never exported
+		}
+	}
+	m.retries = s.NewCounter(`shield_origin_retries_total{origin="` + origin + `"}`)
+	m.revalidations[0] = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="not_modified"}`)
+	m.revalidations[1] = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="modified"}`)
 	s.NewGauge(`shield_origin_in_flight{origin="`+origin+`"}`, func() float64 { return float64(m.inFlight.Load()) })
 	return m
 }

@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,35 +13,42 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 )
 
-// Proxy is the request path of DESIGN §1 for one node: route, key, lookup,
-// coalesce, fetch, store, respond. Create it with New, serve Handler on
-// the public listener and AdminHandler on the admin listener, and call
-// Close on shutdown (it saves the cache when cache.path is set).
+// Proxy is the request path of DESIGN §1 for one node: route, admit, key,
+// lookup, coalesce, fetch, store, respond. Create it with New, serve
+// Handler on the public listener and AdminHandler on the admin listener,
+// and call Close on shutdown (it saves the cache when cache.path is set).
 type Proxy struct {
 	logger *slog.Logger
 	store  *store
 	g      *globalMetrics
 	fl     flights
 
-	// rt is the routes and origins in force. Readers load it once per
-	// request and never lock; Apply builds a new value and swaps it.
+	// rt is the configuration in force. Readers load it once per request
+	// and never lock; Apply builds a new value and swaps it.
 	rt atomic.Pointer[runtimeConfig]
 
 	cachePath string
 	ready     atomic.Bool
 
-	// bgCtx bounds work that outlives a request (none yet on the hit
-	// path; background refreshes later); cancelled by Close.
+	// bg bounds work that outlives a request (background refreshes):
+	// cancelled by Close, which then waits for bgWG.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
+	bgWG     sync.WaitGroup
 
-	mu sync.Mutex // serialises Apply
+	// mu serialises Apply and guards the state reloads keep.
+	mu           sync.Mutex
+	origins      map[string]*originState  // by origin name; guarded by mu
+	routeMetrics map[string]*routeMetrics // by route name; guarded by mu
+	tenants      *admission.Tenants       // guarded by mu; nil until a config has tenants:
 }
 
 // runtimeConfig is one configuration compiled for the request path. It
@@ -47,23 +56,32 @@ type Proxy struct {
 type runtimeConfig struct {
 	table      *routing.Table
 	routes     []*route // indexed by routing.Route.Index
+	origins    []*origin
 	maxObject  int
 	hitForMiss time.Duration
 	maxWaiters int32
 	waitFor    time.Duration
-	set        *metrics.Set
+
+	// Admission: nil tenants means no admission control.
+	tenants  *admission.Tenants
+	idHeader []byte            // tenant from this request header, or
+	apiKeyH  []byte            // an API key in this header,
+	apiKeys  map[string][]byte // mapped to a tenant name
 }
 
 // route is a route's runtime form.
 type route struct {
-	name     string
-	rules    *cachekey.Rules
-	headers  []string // key header names, in Rules order
-	disabled bool
-	policy   stale.Policy
-	allowSC  bool
-	origin   *origin
-	m        *routeMetrics
+	name       string
+	rules      *cachekey.Rules
+	headers    []string // key header names, in Rules order
+	disabled   bool
+	policy     stale.Policy
+	allowSC    bool
+	staleOn429 bool
+	scoped     bool   // tenant is part of the key
+	tenant     []byte // fixed tenant name, or nil
+	origin     *origin
+	m          *routeMetrics
 }
 
 // New builds a proxy from a validated configuration.
@@ -72,11 +90,14 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{
-		logger:    logger.With("component", "proxy"),
-		cachePath: cfg.Cache.Path,
+		logger:       logger.With("component", "proxy"),
+		cachePath:    cfg.Cache.Path,
+		origins:      make(map[string]*originState),
+		routeMetrics: make(map[string]*routeMetrics),
 	}
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), p.logger)
 	p.g = newGlobalMetrics(p.store.c)
+	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if err := p.Apply(cfg); err != nil {
 		return nil, err
@@ -85,38 +106,52 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 }
 
 // Apply compiles cfg and swaps it in atomically. Requests in flight finish
-// with the configuration they started with; the cache is kept. Changing
-// cache.size or cache.path needs a restart and is ignored here.
+// with the configuration they started with; the cache, tenant buckets,
+// origin budgets, breakers (whose settings did not change) and metric
+// counters are kept. cache.size and cache.path need a restart.
 func (p *Proxy) Apply(cfg *config.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	rt, err := compile(cfg)
-	if err != nil {
+	now := time.Now()
+	rt := &runtimeConfig{
+		maxObject:  int(cfg.Cache.MaxObjectSize),
+		hitForMiss: cfg.Cache.HitForMiss,
+		maxWaiters: int32(cfg.Cache.MaxWaiters),
+		waitFor:    cfg.Cache.WaitTimeout,
+	}
+	if err := p.compileTenants(rt, cfg, now); err != nil {
 		return err
 	}
-	p.rt.Store(rt)
-	return nil
-}
-
-func compile(cfg *config.Config) (*runtimeConfig, error) {
-	set := metrics.NewSet()
 	origins := make(map[string]*origin, len(cfg.Origins))
+	states := make(map[string]*originState, len(cfg.Origins))
 	for name, oc := range cfg.Origins {
-		origins[name] = newOrigin(name, oc, cfg.Cache.MaxObjectSize, set)
+		st, err := p.originState(name, oc, now)
+		if err != nil {
+			return err
+		}
+		states[name] = st
+		o := &origin{name: name, clients: newClients(oc), timeout: oc.Timeout, originState: st}
+		origins[name] = o
+		rt.origins = append(rt.origins, o)
 	}
 	specs := make([]routing.RouteSpec, len(cfg.Routes))
-	routes := make([]*route, len(cfg.Routes))
+	rt.routes = make([]*route, len(cfg.Routes))
 	for i, rc := range cfg.Routes {
 		specs[i] = routing.RouteSpec{Name: rc.Name, Hosts: rc.Hosts, PathPrefix: rc.PathPrefix}
 		rules, err := cachekey.NewRules(rc.Cache.IgnoreQuery, rc.Cache.KeyHeaders)
 		if err != nil {
-			return nil, fmt.Errorf("proxy: route %q: %w", rc.Name, err)
+			return fmt.Errorf("proxy: route %q: %w", rc.Name, err)
 		}
 		o := origins[rc.Origin]
 		if o == nil {
-			return nil, fmt.Errorf("proxy: route %q: unknown origin %q", rc.Name, rc.Origin)
+			return fmt.Errorf("proxy: route %q: unknown origin %q", rc.Name, rc.Origin)
 		}
-		routes[i] = &route{
+		m := p.routeMetrics[rc.Name]
+		if m == nil {
+			m = newRouteMetrics(p.g.set, rc.Name)
+			p.routeMetrics[rc.Name] = m
+		}
+		r := &route{
 			name:     rc.Name,
 			rules:    rules,
 			headers:  rules.KeyHeaders(),
@@ -128,34 +163,146 @@ func compile(cfg *config.Config) (*runtimeConfig, error) {
 				MaxStale:             rc.Cache.MaxStale,
 				AllowSetCookie:       rc.Cache.AllowSetCookie,
 			},
-			allowSC: rc.Cache.AllowSetCookie,
-			origin:  o,
-			m:       newRouteMetrics(set, rc.Name),
+			allowSC:    rc.Cache.AllowSetCookie,
+			staleOn429: rc.Cache.StaleOn429,
+			scoped:     rc.Cache.TenantScoped,
+			origin:     o,
+			m:          m,
 		}
+		if rc.Tenant != "" {
+			r.tenant = []byte(rc.Tenant)
+		}
+		rt.routes[i] = r
 	}
 	table, err := routing.NewTable(specs)
 	if err != nil {
-		return nil, fmt.Errorf("proxy: %w", err)
+		return fmt.Errorf("proxy: %w", err)
 	}
-	return &runtimeConfig{
-		table:      table,
-		routes:     routes,
-		maxObject:  int(cfg.Cache.MaxObjectSize),
-		hitForMiss: cfg.Cache.HitForMiss,
-		maxWaiters: int32(cfg.Cache.MaxWaiters),
-		waitFor:    cfg.Cache.WaitTimeout,
-		set:        set,
-	}, nil
+	rt.table = table
+	p.rt.Store(rt)
+	return nil
+}
+
+// compileTenants applies cfg.Tenants to the persistent tenant table.
+func (p *Proxy) compileTenants(rt *runtimeConfig, cfg *config.Config, now time.Time) error {
+	tc := cfg.Tenants
+	if tc == nil {
+		return nil
+	}
+	ac := admission.Config{Default: tenantLimits(&tc.Default), Classes: make(map[string]admission.Limits, len(tc.Classes))}
+	for name, l := range tc.Classes {
+		ac.Classes[name] = tenantLimits(l)
+	}
+	if p.tenants == nil {
+		ts, err := admission.NewTenants(ac, 1)
+		if err != nil {
+			return fmt.Errorf("proxy: tenants: %w", err)
+		}
+		p.tenants = ts
+	} else if err := p.tenants.Update(ac, now); err != nil {
+		return fmt.Errorf("proxy: tenants: %w", err)
+	}
+	rt.tenants = p.tenants
+	switch id := tc.Identify; {
+	case id.Header != "":
+		rt.idHeader = []byte(id.Header)
+	case id.APIKeys != nil:
+		rt.apiKeyH = []byte(id.APIKeys.Header)
+		rt.apiKeys = make(map[string][]byte, len(id.APIKeys.Keys))
+		for k, v := range id.APIKeys.Keys {
+			rt.apiKeys[k] = []byte(v)
+		}
+	}
+	return nil
+}
+
+func tenantLimits(l *config.TenantLimits) admission.Limits {
+	return admission.Limits{Rate: l.Rate, Burst: l.Burst, MaxConcurrency: l.MaxConcurrency, OriginShare: l.OriginShare}
+}
+
+// originState returns the kept state for an origin, updated to oc.
+func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*originState, error) {
+	limits := admission.OriginLimits{MaxConcurrency: oc.MaxConcurrency, MaxRate: oc.MaxRate, SlowStart: oc.SlowStart}
+	st := p.origins[name]
+	if st == nil {
+		budget, err := admission.NewOrigin(name, limits)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
+		}
+		st = &originState{
+			budget: budget,
+			retry:  breaker.NewRetryBudget(breaker.DefaultRetryRatio, breaker.DefaultRetryMinPerSec, breaker.DefaultRetryWindow),
+			m:      newOriginMetrics(p.g.set, name),
+		}
+		p.origins[name] = st
+	} else if err := st.budget.SetLimits(limits, now); err != nil {
+		return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
+	}
+	if st.lastConf == nil || !reflect.DeepEqual(st.brkConf, oc.Breaker) {
+		var b *breaker.Breaker
+		if !oc.Breaker.Disabled {
+			s := breakerSettings(oc.Breaker)
+			if err := s.Validate(); err != nil {
+				return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
+			}
+			budget, logger := st.budget, p.logger
+			b = breaker.New(name, s, func(name string, from, to breaker.State) {
+				// Runs under the breaker's lock: record only. Slow start
+				// begins when a probe closes the breaker.
+				if to == breaker.Closed && from == breaker.HalfOpen {
+					budget.StartRamp(time.Now())
+				}
+				go logger.Warn("origin breaker", "origin", name, "from", from.String(), "to", to.String())
+			})
+		}
+		st.brk.Store(b)
+		st.brkConf = oc.Breaker
+	}
+	st.lastConf = oc
+	return st, nil
+}
+
+// writeStateMetrics exports, at scrape time, state kept by the admission
+// and breaker packages.
+func (p *Proxy) writeStateMetrics(w io.Writer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	for name, st := range p.origins {
+		l := `{origin="` + name + `"}`
+		os := st.budget.Stats(now)
+		metrics.WriteGaugeUint64(w, `shield_origin_budget_limit`+l, uint64(os.Limit))
+		metrics.WriteGaugeUint64(w, `shield_origin_budget_in_flight`+l, uint64(os.InFlight))
+		if b := st.brk.Load(); b != nil {
+			bs := b.Stats()
+			metrics.WriteGaugeUint64(w, `shield_breaker_state`+l, uint64(bs.State))
+			for to := breaker.Closed; to <= breaker.Open; to++ {
+				metrics.WriteCounterUint64(w, `shield_breaker_transitions_total{origin="`+name+`",to="`+to.String()+`"}`, bs.Transitions[to])
+			}
+			metrics.WriteCounterUint64(w, `shield_breaker_rejections_total`+l, bs.RejectedOpen+bs.RejectedProbes)
+		}
+	}
+	if p.tenants != nil {
+		for _, ts := range p.tenants.Stats() {
+			l := `{tenant="` + ts.Name + `"}`
+			metrics.WriteCounterUint64(w, `shield_admission_admitted_total`+l, ts.Admitted)
+			metrics.WriteGaugeUint64(w, `shield_tenant_in_flight`+l, uint64(ts.InFlight))
+			for r := admission.Reason(1); int(r) < admission.NumReasons; r++ {
+				metrics.WriteCounterUint64(w, `shield_admission_rejected_total{tenant="`+ts.Name+`",reason="`+r.String()+`"}`, ts.Rejected[r])
+			}
+		}
+	}
 }
 
 // SetReady flips /readyz; main sets it once listeners are up and clears it
 // when draining starts.
 func (p *Proxy) SetReady(v bool) { p.ready.Store(v) }
 
-// Close stops background work and saves the cache snapshot when
-// cache.path is set. Call it after the listeners have drained.
+// Close stops background refreshes, waits for them, and saves the cache
+// snapshot when cache.path is set. Call it after the listeners drained.
 func (p *Proxy) Close() error {
 	p.bgCancel()
+	p.bgWG.Wait()
 	if p.cachePath == "" {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -20,6 +21,9 @@ type scratch struct {
 	tmp  []byte   // formatting (Age, Cache-Status)
 	hdrs [][]byte // key header values (aliases request memory)
 	cc   stale.Directives
+
+	tenant *admission.Tenant // nil without admission control
+	tid    []byte            // tenant identity for tenant-scoped keys (aliases request or config memory)
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -30,6 +34,7 @@ var scratchPool = sync.Pool{New: func() any {
 var (
 	csHit        = []byte("shield; hit")
 	csHitTTL     = []byte("shield; hit; ttl=")
+	csStaleSWR   = []byte("shield; hit; fwd=stale; detail=stale-while-revalidate; ttl=")
 	csPassMethod = []byte("shield; fwd=method")
 )
 
@@ -52,19 +57,71 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rte := rt.routes[r.Index]
-	res := p.serveRoute(ctx, rt, rte)
+	t, tid := rt.tenantOf(h, rte)
+	if t != nil {
+		if reason, retryAfter := t.Admit(ctx.Time()); reason != admission.None {
+			reject(ctx, t, reason, retryAfter)
+			rte.m.requests[resRejected].Inc()
+			return
+		}
+		defer t.Done()
+	}
+	res := p.serveRoute(ctx, rt, rte, t, tid)
 	rte.m.requests[res].Inc()
 	rte.m.duration.UpdateDuration(ctx.Time())
 }
 
-// serveRoute answers a routed request and says how.
-func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route) result {
+// tenantOf identifies the request's tenant: the route's fixed tenant, else
+// the configured header or API key. tid is the identity used in
+// tenant-scoped keys: the raw header value (so unknown tenants, which
+// share the default class's limits, still never share entries) or the
+// tenant an API key maps to.
+func (rt *runtimeConfig) tenantOf(h *fasthttp.RequestHeader, rte *route) (t *admission.Tenant, tid []byte) {
+	switch {
+	case rt.tenants == nil:
+		return nil, rte.tenant
+	case rte.tenant != nil:
+		tid = rte.tenant
+	case rt.idHeader != nil:
+		tid = h.PeekBytes(rt.idHeader)
+	case rt.apiKeyH != nil:
+		tid = rt.apiKeys[string(h.PeekBytes(rt.apiKeyH))]
+	}
+	return rt.tenants.Lookup(tid), tid
+}
+
+// reject answers 429 without allocating: Retry-After from the bucket and
+// a small JSON body naming the tenant class and the reason.
+func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reason, retryAfter time.Duration) {
+	resp := &ctx.Response
+	resp.SetStatusCode(fasthttp.StatusTooManyRequests)
+	setRetryAfter(resp, retryAfter)
+	resp.Header.SetContentType("application/json")
+	resp.Header.SetBytesKV(hCacheControl, noStore)
+	var buf [256]byte
+	b := append(buf[:0], `{"error":"too many requests","tenant":"`...)
+	b = append(b, t.Name()...)
+	b = append(b, `","reason":"`...)
+	b = append(b, reason.String()...)
+	b = append(b, `","retry_after":`...)
+	b = appendInt(b, max(int64((retryAfter+time.Second-1)/time.Second), 1))
+	b = append(b, "}\n"...)
+	resp.SetBody(b)
+}
+
+var noStore = []byte("no-store")
+
+func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
+
+// serveRoute answers a routed, admitted request and says how.
+func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte) result {
 	h := &ctx.Request.Header
 	if !h.IsGet() && !h.IsHead() {
-		return p.passUnsafe(ctx, rt, rte)
+		return p.passUnsafe(ctx, rt, rte, t, tid)
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
+	sc.tenant, sc.tid = t, tid
 
 	sc.cc.Reset()
 	if v := h.PeekBytes(hCacheControl); len(v) > 0 {
@@ -73,7 +130,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(h.PeekBytes(hRange)) > 0 || len(ctx.Request.Body()) > 0 {
-		return p.bypass(ctx, rt, rte, "uncacheable-request")
+		return p.bypass(ctx, rte, t, "uncacheable-request")
 	}
 
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc)
@@ -88,9 +145,16 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	case lkHit:
 		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
 		st := stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc)
-		if st == stale.Fresh {
-			p.serveHit(ctx, sc, &e, b, age)
+		switch st {
+		case stale.Fresh:
+			p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 			return resHit
+		case stale.StaleRevalidate:
+			// Serve the stale copy now; one background refresh per key.
+			p.refreshInBackground(ctx, rt, rte, sc, bytes.Clone(b))
+			p.serveHit(ctx, sc, &e, b, age, csStaleSWR)
+			rte.m.stale[staleSWR].Inc()
+			return resStale
 		}
 		// Stale: keep a copy for conditional revalidation and hand the
 		// buffer back to the response.
@@ -212,6 +276,9 @@ func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch) []b
 		Query:   uri.QueryString(),
 		Headers: sc.hdrs,
 	}
+	if r.scoped {
+		parts.Tenant = sc.tid
+	}
 	return cachekey.Append(dst, r.rules, &parts)
 }
 
@@ -225,14 +292,14 @@ var (
 // response's own body buffer: the body goes back with SwapBody, so a hit
 // copies headers only. Client conditionals are answered here (RFC 9110
 // §13.1): If-None-Match wins over If-Modified-Since.
-func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration) {
+func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, cacheStatus []byte) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
 	writeEntryHeaders(resp, e, notModified)
 	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
 	resp.Header.SetBytesKV(hAge, sc.tmp)
 	ttl := (time.Duration(e.lifetime) - age) / time.Second
-	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csHitTTL...), int64(ttl), 10)
+	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], cacheStatus...), int64(ttl), 10)
 	resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)

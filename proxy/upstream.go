@@ -19,6 +19,7 @@ import (
 //     X-Forwarded-Host), so clients cannot spoof them;
 //   - on a cache fetch, the client's conditional fields: shield fetches
 //     a full response to store and answers the client's conditional itself.
+//
 // Via gains "1.1 shield".
 var conditionalHeaders = [][]byte{
 	[]byte("If-None-Match"), []byte("If-Modified-Since"), []byte("If-Match"),

@@ -35,7 +35,7 @@ func (o *origin) serveControl(w http.ResponseWriter, r *http.Request) {
 		}
 		mode := r.URL.Query().Get("mode")
 		switch mode {
-		case modeOK, modeError, modeHang, modeReset, modeSlow:
+		case modeOK, modeError, modeHang, modeReset, modeSlow, modeThrottle:
 		default:
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("demo-origin: unknown fault mode %q", mode)})
 			return

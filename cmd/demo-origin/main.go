@@ -38,7 +38,7 @@
 //
 //	GET  /__origin/stats               counters, in-flight gauge and fault mode
 //	POST /__origin/reset               zero the counters
-//	POST /__origin/fault?mode=M        ok | error | hang | reset | slow
+//	POST /__origin/fault?mode=M        ok | error | hang | reset | slow | throttle
 //	POST /__origin/bump?path=/x        new ETag version and Last-Modified for /x
 //
 // On SIGTERM or SIGINT the server stops accepting, ends hanging and

@@ -398,6 +398,11 @@ func TestFaults(t *testing.T) {
 		t.Errorf("mode error: stats = %+v; want mode error, /f counted once", s)
 	}
 
+	setMode(modeThrottle)
+	if r := get(t, srv, "/f"); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Errorf("mode throttle: GET /f = %d, Retry-After %q; want 429 with Retry-After", r.status, r.header.Get("Retry-After"))
+	}
+
 	setMode(modeReset)
 	if _, err := srv.Client().Get(srv.URL + "/f"); err == nil {
 		t.Error("mode reset: GET /f succeeded, want a transport error")

@@ -19,6 +19,10 @@ const (
 	modeHang  = "hang"
 	modeReset = "reset"
 	modeSlow  = "slow"
+	// modeThrottle answers 429 Too Many Requests with Retry-After, as an
+	// origin shedding load does; shield may serve stale on it only when
+	// the route says so (stale_on_429).
+	modeThrottle = "throttle"
 )
 
 // origin is the demo origin's handler and all of its state.
@@ -71,6 +75,9 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		o.hang(r)
 	case modeReset:
 		o.reset(w)
+	case modeThrottle:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "fault mode throttle"})
 	default:
 		o.serveResource(w, r, n, mode == modeSlow)
 	}
