@@ -64,6 +64,60 @@ type Config struct {
 	// limits, origin share). Absent: no admission control, every request
 	// is admitted.
 	Tenants *Tenants `yaml:"tenants"`
+	// Cluster makes this node one of several sharing one cache. Absent:
+	// a single node, exactly as without a cluster.
+	Cluster *Cluster `yaml:"cluster"`
+}
+
+// Cluster configures membership and peer forwarding (DESIGN §8).
+type Cluster struct {
+	// NodeID names this node; unique in the cluster. Default: the host
+	// name.
+	NodeID string `yaml:"node_id"`
+	// Listen is the peer listener (host:port). It serves only other
+	// shield nodes that present Secret, never the public. Required.
+	Listen string `yaml:"listen"`
+	// Advertise is the address peers use to reach Listen. Default Listen.
+	Advertise string `yaml:"advertise"`
+	// Secret authenticates peer requests (compared in constant time).
+	// Required; keep it out of the file with ${VAR}.
+	Secret string `yaml:"secret"`
+	// Weight is this node's share of keys relative to others. Default 1.
+	Weight float64 `yaml:"weight"`
+	// Overlap is how long the previous generation stays accepted after
+	// membership changes. Default 10s.
+	Overlap time.Duration `yaml:"overlap"`
+	// PeerTimeout bounds one forwarded request (the owner may be fetching
+	// from the origin). Default: the longest origin timeout plus 1s.
+	PeerTimeout time.Duration `yaml:"peer_timeout"`
+	// Membership is "static" (default: Peers, or just this node) or
+	// "consul".
+	Membership string `yaml:"membership"`
+	// Peers is the static peer list, this node included.
+	Peers []*ClusterPeer `yaml:"peers"`
+	// Consul configures Consul membership.
+	Consul ClusterConsul `yaml:"consul"`
+}
+
+// ClusterPeer is one node of a static cluster.
+type ClusterPeer struct {
+	ID     string  `yaml:"id"`
+	Addr   string  `yaml:"addr"`
+	Weight float64 `yaml:"weight"`
+}
+
+// ClusterConsul configures Consul membership.
+type ClusterConsul struct {
+	// Address of the local Consul agent's HTTP API. Default 127.0.0.1:8500.
+	Address string `yaml:"address"`
+	// Service name every node registers and watches. Default "shield".
+	Service string `yaml:"service"`
+	// Token is the ACL token (use ${VAR}).
+	Token string `yaml:"token"`
+	// CheckInterval of the HTTP check on the admin /healthz. Default 5s.
+	CheckInterval time.Duration `yaml:"check_interval"`
+	// DeregisterAfter removes a node whose check stays critical. Default 1m.
+	DeregisterAfter time.Duration `yaml:"deregister_after"`
 }
 
 // Tenants identifies tenants and sets their limits. Limits are fleet-wide:

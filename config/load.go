@@ -55,6 +55,7 @@ func Parse(name string, data []byte, lookupEnv func(string) (string, bool)) (*Co
 	}
 	applyDefaults(c, d.has)
 	applyProtectionDefaults(c, d.has)
+	applyClusterDefaults(c, d.has)
 	normalize(c)
 	d.validate(c)
 	if err := joinErrors(d.errs); err != nil {

@@ -69,6 +69,7 @@ func (d *decoder) validate(c *Config) {
 	d.validateOrigins(c.Origins)
 	d.validateRoutes(c)
 	d.validateProtection(c)
+	d.validateCluster(c)
 }
 
 func (d *decoder) validateCache(c *Cache) {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"text/template"
 	"time"
@@ -268,4 +269,57 @@ func dateOf(r result, fallback time.Time) time.Time {
 		return d
 	}
 	return fallback
+}
+
+// timed is one answer and when it was asked and received.
+type timed struct {
+	result
+	sent, got time.Time
+}
+
+func (a timed) latency() time.Duration { return a.got.Sub(a.sent) }
+
+// fanOut sends GET for every target at once and returns the answers in
+// order; transport errors fail the test.
+func (e *env) fanOut(targets []string) []timed {
+	e.t.Helper()
+	out := make([]timed, len(targets))
+	errs := make([]error, len(targets))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, u := range targets {
+		wg.Go(func() {
+			<-start
+			out[i].sent = time.Now()
+			out[i].result, errs[i] = e.try(http.MethodGet, u)
+			out[i].got = time.Now()
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// timedGet is get with its send and receive times.
+func (e *env) timedGet(u string) timed {
+	e.t.Helper()
+	sent := time.Now()
+	r := e.get(u)
+	return timed{result: r, sent: sent, got: time.Now()}
+}
+
+// breakerState reads shield_breaker_state{origin="demo"}: 0 closed, 1
+// half-open, 2 open; -1 when the series is missing.
+func (e *env) breakerState() float64 {
+	e.t.Helper()
+	v, ok := sample(e.metrics(), "shield_breaker_state", map[string]string{"origin": "demo"})
+	if !ok {
+		return -1
+	}
+	return v
 }

@@ -49,8 +49,8 @@ func newTenantEnv(t *testing.T, originMax int, body string) *env {
 	return e
 }
 
-// metrics returns shield's /metrics text.
-func (e *env) metrics() []byte {
+// scrapeTenants returns shield's /metrics text.
+func (e *env) scrapeTenants() []byte {
 	e.t.Helper()
 	r, err := doHTTP(e.client, http.MethodGet, "http://"+e.cfg.Admin+"/metrics")
 	if err != nil || r.status != http.StatusOK {
@@ -59,9 +59,9 @@ func (e *env) metrics() []byte {
 	return r.body
 }
 
-// metric returns one series' value, 0 when the series is absent (a
+// seriesValue returns one series' value, 0 when the series is absent (a
 // counter that never moved may not be exported).
-func metric(text []byte, name string, labels ...string) float64 {
+func seriesValue(text []byte, name string, labels ...string) float64 {
 	want := map[string]string{}
 	for i := 0; i+1 < len(labels); i += 2 {
 		want[labels[i]] = labels[i+1]
@@ -70,17 +70,17 @@ func metric(text []byte, name string, labels ...string) float64 {
 	return v
 }
 
-// rejection is shield's JSON body of a 429.
-type rejection struct {
+// rejectionBody is shield's JSON body of a 429.
+type rejectionBody struct {
 	Error      string `json:"error"`
 	Tenant     string `json:"tenant"`
 	Reason     string `json:"reason"`
 	RetryAfter int    `json:"retry_after"`
 }
 
-// retryAfter returns the Retry-After header as whole seconds ≥ 1, or an
+// retryAfterSeconds returns the Retry-After header as whole seconds ≥ 1, or an
 // explanation of what is wrong with it.
-func retryAfter(r result) (int, string) {
+func retryAfterSeconds(r result) (int, string) {
 	v := r.header.Get("Retry-After")
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
@@ -90,19 +90,19 @@ func retryAfter(r result) (int, string) {
 }
 
 // checkRejected returns what is wrong with r as a 429 from admission for
-// tenant with one of reasons ("" = none). A tenant of "" accepts any.
+// tenant with one of reasons; a tenant of "" accepts any.
 func checkRejected(r result, tenant string, reasons ...string) string {
 	if r.status != http.StatusTooManyRequests {
 		return "status " + strconv.Itoa(r.status) + ", want 429 (" + r.String() + ")"
 	}
-	n, bad := retryAfter(r)
+	n, bad := retryAfterSeconds(r)
 	if bad != "" {
 		return bad
 	}
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		return "Content-Type " + strconv.Quote(ct) + ", want application/json"
 	}
-	var body rejection
+	var body rejectionBody
 	if err := json.Unmarshal(r.body, &body); err != nil {
 		return "body " + strconv.Quote(string(r.body)) + " is not JSON: " + err.Error()
 	}
@@ -127,9 +127,9 @@ func wantRejected(t *testing.T, what string, r result, tenant, reason string) {
 	}
 }
 
-// cacheStatusDetail returns the detail parameter of shield's Cache-Status
+// shieldDetail returns the detail parameter of shield's Cache-Status
 // member, unquoted ("" when absent).
-func cacheStatusDetail(h http.Header) string {
+func shieldDetail(h http.Header) string {
 	for member := range strings.SplitSeq(strings.Join(h.Values("Cache-Status"), ","), ",") {
 		params := strings.Split(member, ";")
 		if strings.TrimSpace(params[0]) != "shield" {
@@ -150,18 +150,18 @@ func checkOriginShare(r result) string {
 	if r.status != http.StatusServiceUnavailable {
 		return "status " + strconv.Itoa(r.status) + ", want 503 (" + r.String() + ")"
 	}
-	if _, bad := retryAfter(r); bad != "" {
+	if _, bad := retryAfterSeconds(r); bad != "" {
 		return bad
 	}
-	if d := cacheStatusDetail(r.header); d != "origin-share" {
+	if d := shieldDetail(r.header); d != "origin-share" {
 		return "Cache-Status " + strconv.Quote(r.header.Get("Cache-Status")) + ", want detail=origin-share"
 	}
 	return ""
 }
 
-// percentile returns the q-quantile (0 < q ≤ 1) of d by nearest rank; d
+// latencyQuantile returns the q-quantile (0 < q ≤ 1) of d by nearest rank; d
 // is sorted in place.
-func percentile(d []time.Duration, q float64) time.Duration {
+func latencyQuantile(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
@@ -170,7 +170,7 @@ func percentile(d []time.Duration, q float64) time.Duration {
 	return d[max(i, 0)]
 }
 
-func TestPercentile(t *testing.T) {
+func TestLatencyQuantile(t *testing.T) {
 	ms := func(v ...int) []time.Duration {
 		d := make([]time.Duration, len(v))
 		for i, x := range v {
@@ -197,8 +197,8 @@ func TestPercentile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.in, tt.q); got != tt.want {
-				t.Errorf("percentile(%v) = %v, want %v", tt.q, got, tt.want)
+			if got := latencyQuantile(tt.in, tt.q); got != tt.want {
+				t.Errorf("latencyQuantile(%v) = %v, want %v", tt.q, got, tt.want)
 			}
 		})
 	}

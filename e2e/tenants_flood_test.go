@@ -22,9 +22,9 @@ tenants:
 `
 
 const (
-	floodWorkers  = 50
-	floodFor      = 5 * time.Second
-	steadyEvery   = 50 * time.Millisecond // 20 req/s
+	floodWorkers   = 50
+	floodFor       = 5 * time.Second
+	steadyEvery    = 50 * time.Millisecond // 20 req/s
 	steadyAloneFor = 2 * time.Second
 	floodOriginMax = 8 // flood's origin share: floor(0.5 × 8) = 4
 )
@@ -64,7 +64,7 @@ func TestTenantFloodIsolation(t *testing.T) {
 
 	for _, s := range []*steadyResult{alone, loaded} {
 		t.Logf("steady %s: %d requests, p50 %v, p99 %v, max %v", s.phase, len(s.latencies),
-			percentile(s.latencies, 0.50), percentile(s.latencies, 0.99), percentile(s.latencies, 1))
+			latencyQuantile(s.latencies, 0.50), latencyQuantile(s.latencies, 0.99), latencyQuantile(s.latencies, 1))
 		for _, f := range s.failures {
 			t.Errorf("steady %s: %s", s.phase, f)
 		}
@@ -79,17 +79,17 @@ func TestTenantFloodIsolation(t *testing.T) {
 		t.Errorf("flood sent %d requests at rate 50 burst 50 and none was refused with 429", flood.total.Load())
 	}
 
-	m := e.metrics()
+	m := e.scrapeTenants()
 	steadyAdmitted := float64(1 + len(alone.latencies) + len(loaded.latencies))
-	if got := metric(m, "shield_admission_admitted_total", "tenant", "steady"); got != steadyAdmitted {
+	if got := seriesValue(m, "shield_admission_admitted_total", "tenant", "steady"); got != steadyAdmitted {
 		t.Errorf(`shield_admission_admitted_total{tenant="steady"} = %v, want %v (every steady request)`, got, steadyAdmitted)
 	}
 	var floodRejected float64
 	for _, reason := range []string{"rate", "concurrency", "origin_share"} {
-		if got := metric(m, "shield_admission_rejected_total", "tenant", "steady", "reason", reason); got != 0 {
+		if got := seriesValue(m, "shield_admission_rejected_total", "tenant", "steady", "reason", reason); got != 0 {
 			t.Errorf(`shield_admission_rejected_total{tenant="steady",reason=%q} = %v, want 0`, reason, got)
 		}
-		v := metric(m, "shield_admission_rejected_total", "tenant", "flood", "reason", reason)
+		v := seriesValue(m, "shield_admission_rejected_total", "tenant", "flood", "reason", reason)
 		t.Logf(`shield_admission_rejected_total{tenant="flood",reason=%q} = %v`, reason, v)
 		floodRejected += v
 	}
@@ -101,12 +101,12 @@ func TestTenantFloodIsolation(t *testing.T) {
 	}
 	for _, tenant := range []string{"flood", "steady"} {
 		eventually(t, tenant+" in-flight gauge back to 0", func() bool {
-			v, ok := sample(e.metrics(), "shield_tenant_in_flight", map[string]string{"tenant": tenant})
+			v, ok := sample(e.scrapeTenants(), "shield_tenant_in_flight", map[string]string{"tenant": tenant})
 			return ok && v == 0
 		})
 	}
 	if t.Failed() {
-		t.Logf("/metrics:\n%s", e.metrics())
+		t.Logf("/metrics:\n%s", e.scrapeTenants())
 	}
 }
 

@@ -207,7 +207,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	se := decodeStale(staleCopy)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	buildUpstream(req, ctx, true, se)
+	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), se, hasAuth)
 	publish(f, &a)
@@ -306,7 +306,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 	}
 	se := decodeStale(staleCopy)
 	req := fasthttp.AcquireRequest()
-	buildUpstream(req, ctx, true, se)
+	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	primary, flightKey := bytes.Clone(sc.key), bytes.Clone(key)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	p.bgWG.Add(1)
@@ -415,8 +415,8 @@ func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, now time.Time) {
 
 // passUnsafe forwards a request whose method is not cacheable. A
 // successful unsafe request invalidates the stored URL (RFC 9111 §4.4).
-func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte) result {
-	res := p.forward(ctx, rte, t, "shield; fwd=method")
+func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool) result {
+	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=method")
 	if s := ctx.Response.StatusCode(); s >= 200 && s < 400 && !isSafe(ctx.Request.Header.Method()) {
 		sc := scratchPool.Get().(*scratch)
 		sc.tid = tid
@@ -432,8 +432,8 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 }
 
 // bypass forwards a cacheable-method request that must not use the cache.
-func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, detail string) result {
-	res := p.forward(ctx, rte, t, "shield; fwd=bypass; detail="+detail)
+func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, detail string) result {
+	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=bypass; detail="+detail)
 	if res == resMiss {
 		return resBypass
 	}
@@ -442,10 +442,10 @@ func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant
 
 // forward sends the request as is (minus hop-by-hop fields) and relays
 // the answer without storing it; the answer's body is streamed.
-func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, cacheStatus string) result {
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, cacheStatus string) result {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	buildUpstream(req, ctx, false, nil)
+	buildUpstream(req, ctx, false, fromPeer, nil)
 	resp := fasthttp.AcquireResponse()
 	if ok, fl := rte.origin.call(t, req, resp); !ok {
 		fasthttp.ReleaseResponse(resp)

@@ -32,10 +32,11 @@ const (
 	resPass                      // method not cacheable
 	resError                     // answered with a shield-generated 5xx
 	resRejected                  // refused by admission (429)
+	resPeer                      // answered by the key's owner node
 	numResults
 )
 
-var resultLabels = [numResults]string{"hit", "miss", "collapsed", "revalidated", "stale", "bypass", "pass", "error", "rejected"}
+var resultLabels = [numResults]string{"hit", "miss", "collapsed", "revalidated", "stale", "bypass", "pass", "error", "rejected", "peer"}
 
 // staleReason is the `reason` label of shield_stale_served_total and the
 // Cache-Status detail of a stale answer.

@@ -38,6 +38,9 @@ type Proxy struct {
 	cachePath string
 	ready     atomic.Bool
 
+	// cluster is nil on a single node; set once by SetCluster.
+	cluster atomic.Pointer[cluster]
+
 	// bg bounds work that outlives a request (background refreshes):
 	// cancelled by Close, which then waits for bgWG.
 	bgCtx    context.Context

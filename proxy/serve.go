@@ -22,8 +22,9 @@ type scratch struct {
 	hdrs [][]byte // key header values (aliases request memory)
 	cc   stale.Directives
 
-	tenant *admission.Tenant // nil without admission control
-	tid    []byte            // tenant identity for tenant-scoped keys (aliases request or config memory)
+	tenant   *admission.Tenant // nil without admission control
+	tid      []byte            // tenant identity for tenant-scoped keys (aliases request or config memory)
+	fromPeer bool              // forwarded by another node
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -38,8 +39,13 @@ var (
 	csPassMethod = []byte("shield; fwd=method")
 )
 
-// serve is the public request handler: DESIGN §1 steps 1–9 for one node.
-func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+// serve is the public request handler: DESIGN §1 for one node.
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) { p.serveRequest(ctx, false) }
+
+// serveRequest routes, admits and answers a request. fromPeer marks a
+// request another node forwarded: it was admitted there, its tenant comes
+// from the peer protocol, and it is never forwarded again.
+func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	rt := p.rt.Load()
 	h := &ctx.Request.Header
 	// Only origin-form targets: shield is a reverse proxy, and an
@@ -57,16 +63,25 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	rte := rt.routes[r.Index]
-	t, tid := rt.tenantOf(h, rte)
-	if t != nil {
-		if reason, retryAfter := t.Admit(ctx.Time()); reason != admission.None {
-			reject(ctx, t, reason, retryAfter)
-			rte.m.requests[resRejected].Inc()
-			return
+	var t *admission.Tenant
+	var tid []byte
+	if fromPeer {
+		tid = h.PeekBytes(hShieldTenant)
+		if rt.tenants != nil {
+			t = rt.tenants.Lookup(tid)
 		}
-		defer t.Done()
+	} else {
+		t, tid = rt.tenantOf(h, rte)
+		if t != nil {
+			if reason, retryAfter := t.Admit(ctx.Time()); reason != admission.None {
+				reject(ctx, t, reason, retryAfter)
+				rte.m.requests[resRejected].Inc()
+				return
+			}
+			defer t.Done()
+		}
 	}
-	res := p.serveRoute(ctx, rt, rte, t, tid)
+	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer)
 	rte.m.requests[res].Inc()
 	rte.m.duration.UpdateDuration(ctx.Time())
 }
@@ -114,14 +129,14 @@ var noStore = []byte("no-store")
 func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
 
 // serveRoute answers a routed, admitted request and says how.
-func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte) result {
+func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool) result {
 	h := &ctx.Request.Header
 	if !h.IsGet() && !h.IsHead() {
-		return p.passUnsafe(ctx, rt, rte, t, tid)
+		return p.passUnsafe(ctx, rt, rte, t, tid, fromPeer)
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	sc.tenant, sc.tid = t, tid
+	sc.tenant, sc.tid, sc.fromPeer = t, tid, fromPeer
 
 	sc.cc.Reset()
 	if v := h.PeekBytes(hCacheControl); len(v) > 0 {
@@ -130,11 +145,23 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(h.PeekBytes(hRange)) > 0 || len(ctx.Request.Body()) > 0 {
-		return p.bypass(ctx, rte, t, "uncacheable-request")
+		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc)
 	now := ctx.Time()
+
+	// Step 4: the key's owner serves it. A forwarded request is always
+	// served here, so a request crosses at most one hop.
+	if c := p.cluster.Load(); c != nil && !fromPeer {
+		v := c.m.View()
+		if owner, self := v.Current.Owner(cachekey.Digest(sc.key)); !self {
+			if res, ok := p.forwardToOwner(ctx, c, v, owner, sc); ok {
+				return res
+			}
+			ctx.Response.Reset()
+		}
+	}
 
 	// Look up into the response's own body buffer: on a hit it goes back
 	// to the response truncated to the body, so nothing is copied.

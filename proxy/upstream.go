@@ -26,11 +26,13 @@ var conditionalHeaders = [][]byte{
 	[]byte("If-Unmodified-Since"), []byte("If-Range"),
 }
 
-// buildUpstream fills req from the client request. forCache marks a fetch
+// buildUpstream fills req from the client request. fromPeer marks a
+// request forwarded by another node (its client address travels in
+// Shield-Client-Ip). forCache marks a fetch
 // on behalf of the cache: HEAD becomes GET (so the answer can be stored
 // and serve both), client conditionals are dropped, and se's validators,
 // if any, make the request conditional.
-func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache bool, se *entry) {
+func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fromPeer bool, se *entry) {
 	src := &ctx.Request
 	if forCache && src.Header.IsHead() {
 		req.Header.SetMethod(fasthttp.MethodGet)
@@ -42,7 +44,7 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache boo
 	var via []byte
 	for k, v := range src.Header.All() {
 		switch {
-		case isHopByHop(k, conn), isForwardedHeader(k),
+		case isHopByHop(k, conn), isForwardedHeader(k), isShieldHeader(k),
 			bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, hContentLength):
 			continue
 		case bytes.EqualFold(k, hVia):
@@ -55,7 +57,12 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache boo
 	}
 	req.Header.SetHostBytes(src.Header.Host())
 	req.Header.SetBytesKV(hVia, append(via, viaValue...))
-	req.Header.Set("X-Forwarded-For", ctx.RemoteIP().String())
+	// The client's address; for a forwarded request, as the edge saw it.
+	if ip := src.Header.PeekBytes(hShieldClientIP); fromPeer && len(ip) > 0 {
+		req.Header.SetBytesKV(hXForwardedFor, ip)
+	} else {
+		req.Header.Set("X-Forwarded-For", ctx.RemoteIP().String())
+	}
 	if ctx.IsTLS() {
 		req.Header.SetBytesKV(hXForwardedProt, schemeHTTPS)
 	} else {

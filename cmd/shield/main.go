@@ -116,6 +116,16 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		}
 		go func() { errc <- admin.Serve(aln) }()
 	}
+	var cl *clusterNode
+	if cfg.Cluster != nil {
+		if cl, err = startCluster(cfg, p, logger, errc); err != nil {
+			_ = pub.Shutdown()
+			if admin != nil {
+				_ = admin.Shutdown()
+			}
+			return err
+		}
+	}
 	p.SetReady(true)
 	logger.Info("shield serving", "listen", cfg.Listen, "admin", cfg.Admin.Listen)
 
@@ -132,11 +142,19 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 			}
 			logger.Info("draining", "signal", sig.String(), "timeout", cfg.Server.DrainTimeout.String())
 			p.SetReady(false)
+			if cl != nil {
+				// Leave the peer set first, so other nodes stop routing
+				// keys here, then keep serving through the overlap.
+				cl.leave(cfg, logger)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
 			err := pub.ShutdownWithContext(ctx)
 			cancel()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				logger.Warn("drain", "err", err)
+			}
+			if cl != nil {
+				cl.stop()
 			}
 			if admin != nil {
 				_ = admin.Shutdown()

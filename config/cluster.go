@@ -1,0 +1,99 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+const defaultOverlap = 10 * time.Second
+
+// applyClusterDefaults fills cluster settings absent from the file.
+func applyClusterDefaults(c *Config, has func(string) bool) {
+	cl := c.Cluster
+	if cl == nil {
+		return
+	}
+	if !has("cluster.node_id") {
+		if h, err := os.Hostname(); err == nil {
+			cl.NodeID = h
+		}
+	}
+	setDefault(&cl.Advertise, has("cluster.advertise"), cl.Listen)
+	setDefault(&cl.Weight, has("cluster.weight"), 1)
+	setDefault(&cl.Overlap, has("cluster.overlap"), defaultOverlap)
+	setDefault(&cl.Membership, has("cluster.membership"), "static")
+	longest := time.Duration(0)
+	for _, o := range c.Origins {
+		longest = max(longest, o.Timeout)
+	}
+	setDefault(&cl.PeerTimeout, has("cluster.peer_timeout"), longest+time.Second)
+	for _, p := range cl.Peers {
+		if p != nil && p.Weight == 0 {
+			p.Weight = 1
+		}
+	}
+}
+
+// validateCluster checks the cluster block.
+func (d *decoder) validateCluster(c *Config) {
+	cl := c.Cluster
+	if cl == nil {
+		return
+	}
+	if cl.NodeID == "" {
+		d.problem("cluster.node_id", "required (no host name to default to)")
+	}
+	if cl.Listen == "" {
+		d.problem("cluster.listen", "required: the peer listener address")
+	} else {
+		d.checkListen("cluster.listen", cl.Listen)
+		if cl.Listen == c.Listen || cl.Listen == c.Admin.Listen {
+			d.problem("cluster.listen", "must differ from the public and admin listeners")
+		}
+	}
+	if msg := checkServer(cl.Advertise); cl.Advertise != "" && msg != "" {
+		d.problem("cluster.advertise", "%s", msg)
+	}
+	if len(cl.Secret) < 16 {
+		d.problem("cluster.secret", "required, at least 16 characters (use ${VAR})")
+	}
+	if !(cl.Weight >= 1e-6 && cl.Weight <= 1e6) {
+		d.problem("cluster.weight", "must be in [0.000001, 1000000], got %g", cl.Weight)
+	}
+	d.positive("cluster.overlap", cl.Overlap)
+	d.positive("cluster.peer_timeout", cl.PeerTimeout)
+	d.oneOf("cluster.membership", cl.Membership, "static", "consul")
+	switch cl.Membership {
+	case "static":
+		seen := map[string]bool{}
+		self := false
+		for i, p := range cl.Peers {
+			pp := fmt.Sprintf("cluster.peers[%d]", i)
+			if p == nil || p.ID == "" {
+				d.problem(pp+".id", "required")
+				continue
+			}
+			if seen[p.ID] {
+				d.problem(pp+".id", "duplicate peer id %q", p.ID)
+			}
+			seen[p.ID] = true
+			self = self || p.ID == cl.NodeID
+			if msg := checkServer(p.Addr); msg != "" {
+				d.problem(pp+".addr", "%s", msg)
+			}
+			if !(p.Weight >= 1e-6 && p.Weight <= 1e6) {
+				d.problem(pp+".weight", "must be in [0.000001, 1000000], got %g", p.Weight)
+			}
+		}
+		if len(cl.Peers) > 0 && !self {
+			d.problem("cluster.peers", "must include this node (node_id %q)", cl.NodeID)
+		}
+	case "consul":
+		if len(cl.Peers) > 0 {
+			d.problem("cluster.peers", "peers are for static membership; consul discovers them")
+		}
+		d.nonNegative("cluster.consul.check_interval", cl.Consul.CheckInterval)
+		d.nonNegative("cluster.consul.deregister_after", cl.Consul.DeregisterAfter)
+	}
+}

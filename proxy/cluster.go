@@ -1,0 +1,245 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/routing"
+)
+
+// Peer forwarding (DESIGN §8). Every key has one owner, picked by
+// weighted rendezvous hashing over the current peer set. A node that does
+// not own a request's key forwards it, once, to the owner's peer listener
+// with the generation it routed by, the tenant and the shared secret; the
+// owner serves it from its cache or fetches with coalescing, so the
+// cluster makes one origin fetch per key. Every failure of this machinery
+// — owner down or slow, wrong generation (421), refused — is answered as
+// a local miss, never a wrong answer.
+//
+// Not done yet (see the README): the read-through to the previous owner
+// inside the overlap window, hot-key near copies, hand-off on leave, and
+// routing URL invalidations to the owner.
+
+// Peer protocol header fields.
+var (
+	hShieldAuth       = []byte("Shield-Auth")
+	hShieldGeneration = []byte("Shield-Generation")
+	hShieldTenant     = []byte("Shield-Tenant")
+	hShieldClientIP   = []byte("Shield-Client-Ip")
+)
+
+// isShieldHeader reports the peer protocol fields: never forwarded to an
+// origin, never accepted from the public.
+func isShieldHeader(name []byte) bool {
+	return len(name) > 7 && bytes.EqualFold(name[:7], []byte("Shield-"))
+}
+
+// cluster is the proxy's view of membership and its peer clients.
+type cluster struct {
+	m       *routing.Membership
+	src     routing.Source
+	secret  []byte
+	timeout time.Duration
+	peers   atomic.Pointer[peerTable]
+
+	forbidden   *metrics.Counter // peer requests refused (secret or address)
+	misdirected *metrics.Counter // peer requests answered 421
+	genChanges  *metrics.Counter
+}
+
+// peerTable is rebuilt whenever membership changes.
+type peerTable struct {
+	byID    map[string]*peerClient
+	allowed map[string]bool // peer IPs allowed on the peer listener
+}
+
+type peerClient struct {
+	hc       *fasthttp.HostClient
+	outcomes [numPeerOutcomes]*metrics.Counter
+}
+
+type peerOutcome uint8
+
+const (
+	peerOK peerOutcome = iota
+	peerError
+	peerMisdirected
+	peerForbidden
+	numPeerOutcomes
+)
+
+var peerOutcomeLabels = [numPeerOutcomes]string{"ok", "error", "misdirected", "forbidden"}
+
+// SetCluster joins the proxy to a cluster: requests whose key another
+// node owns are forwarded to it. src is refreshed after a 421 or a peer
+// failure. Call before serving.
+func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, secret string, peerTimeout time.Duration) {
+	c := &cluster{
+		m:           m,
+		src:         src,
+		secret:      []byte(secret),
+		timeout:     peerTimeout,
+		forbidden:   p.g.set.NewCounter(`shield_peer_forbidden_total`),
+		misdirected: p.g.set.NewCounter(`shield_peer_misdirected_total`),
+		genChanges:  p.g.set.NewCounter(`shield_cluster_generation_changes_total`),
+	}
+	p.g.set.NewGauge(`shield_cluster_peers`, func() float64 { return float64(m.View().Current.Len()) })
+	p.g.set.NewGauge(`shield_cluster_generation`, func() float64 { return float64(m.View().Current.Generation() >> 11) })
+	p.g.set.NewGauge(`shield_consul_reachable`, func() float64 {
+		if src.Reachable() {
+			return 1
+		}
+		return 0
+	})
+	clients := map[string]*peerClient{}
+	m.Subscribe(func(v *routing.View) {
+		// Runs synchronously inside Membership.Update: quick, no calls
+		// back into membership.
+		c.genChanges.Inc()
+		t := &peerTable{byID: map[string]*peerClient{}, allowed: map[string]bool{}}
+		for _, peer := range v.Current.Peers() {
+			pc := clients[peer.ID+"@"+peer.Addr]
+			if pc == nil {
+				pc = &peerClient{hc: newPeerClient(peer.Addr, peerTimeout)}
+				for i := range pc.outcomes {
+					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
+				}
+				clients[peer.ID+"@"+peer.Addr] = pc
+			}
+			t.byID[peer.ID] = pc
+			if host, _, err := net.SplitHostPort(peer.Addr); err == nil {
+				t.allowed[host] = true
+			}
+		}
+		c.peers.Store(t)
+		if p.tenants != nil {
+			p.tenants.SetPeers(v.Current.Len(), time.Now())
+		}
+	})
+	p.cluster.Store(c)
+}
+
+func newPeerClient(addr string, timeout time.Duration) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr:                      addr,
+		Name:                      "shield-peer",
+		MaxConns:                  1024,
+		ReadTimeout:               timeout,
+		WriteTimeout:              timeout,
+		MaxIdemponentCallAttempts: 1,
+		StreamResponseBody:        true,
+		DisablePathNormalizing:    true,
+		NoDefaultUserAgentHeader:  true,
+		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) {
+			// A dead owner must cost little: fall back fast.
+			return fasthttp.DialTimeout(addr, 250*time.Millisecond)
+		},
+	}
+}
+
+// forwardToOwner sends the request to the key's owner and relays its
+// answer. ok is false when the owner could not answer; the caller then
+// serves the request locally.
+func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.View, owner *routing.Peer, sc *scratch) (result, bool) {
+	pc := c.peers.Load().byID[owner.ID]
+	if pc == nil {
+		return 0, false
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	src := &ctx.Request
+	req.Header.SetMethodBytes(src.Header.Method())
+	req.SetRequestURIBytes(src.Header.RequestURI())
+	conn := src.Header.PeekBytes(hConnection)
+	for k, val := range src.Header.All() {
+		if isHopByHop(k, conn) || isShieldHeader(k) || bytes.EqualFold(k, hContentLength) {
+			continue
+		}
+		req.Header.AddBytesKV(k, val)
+	}
+	var num [20]byte
+	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], v.Current.Generation(), 10))
+	req.Header.SetBytesKV(hShieldTenant, sc.tid)
+	req.Header.SetBytesKV(hShieldAuth, c.secret)
+	req.Header.Set("Shield-Client-Ip", ctx.RemoteIP().String())
+	resp := fasthttp.AcquireResponse()
+	err := pc.hc.DoDeadline(req, resp, time.Now().Add(c.timeout))
+	switch {
+	case err != nil:
+		pc.outcomes[peerError].Inc()
+		fasthttp.ReleaseResponse(resp)
+		c.src.Refresh()
+		p.logger.Debug("peer forward failed, serving locally", "peer", owner.ID, "err", err)
+		return 0, false
+	case resp.StatusCode() == fasthttp.StatusMisdirectedRequest:
+		pc.outcomes[peerMisdirected].Inc()
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		c.src.Refresh()
+		return 0, false
+	case resp.StatusCode() == fasthttp.StatusForbidden && len(resp.Header.PeekBytes(hShieldGeneration)) > 0:
+		pc.outcomes[peerForbidden].Inc()
+		_ = resp.CloseBodyStream()
+		fasthttp.ReleaseResponse(resp)
+		return 0, false
+	}
+	pc.outcomes[peerOK].Inc()
+	out := &ctx.Response
+	out.SetStatusCode(resp.StatusCode())
+	rconn := resp.Header.PeekBytes(hConnection)
+	for k, val := range resp.Header.All() {
+		if isHopByHop(k, rconn) || bytes.EqualFold(k, hContentLength) || isShieldHeader(k) {
+			continue
+		}
+		out.Header.AddBytesKV(k, val)
+	}
+	if r := resp.BodyStream(); r != nil {
+		out.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())
+	} else {
+		out.SetBody(resp.Body())
+		fasthttp.ReleaseResponse(resp)
+	}
+	return resPeer, true
+}
+
+// PeerHandler serves the peer listener: requests forwarded by other
+// nodes. It checks the shared secret (constant time) and the caller's
+// address, then the generation (421 with ours when it is neither the
+// current one nor the previous one inside the overlap), and serves the
+// request locally without admission (the edge admitted it) and without
+// forwarding it again.
+func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		c := p.cluster.Load()
+		if c == nil {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			return
+		}
+		h := &ctx.Request.Header
+		auth := h.PeekBytes(hShieldAuth)
+		if subtle.ConstantTimeCompare(auth, c.secret) != 1 || !c.peers.Load().allowed[ctx.RemoteIP().String()] {
+			c.forbidden.Inc()
+			ctx.SetStatusCode(fasthttp.StatusForbidden)
+			ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))
+			ctx.SetBodyString("forbidden\n")
+			return
+		}
+		v := c.m.View()
+		gen, err := strconv.ParseUint(string(h.PeekBytes(hShieldGeneration)), 10, 64)
+		if err != nil || !v.Accepts(gen, ctx.Time()) {
+			c.misdirected.Inc()
+			ctx.SetStatusCode(fasthttp.StatusMisdirectedRequest)
+			ctx.Response.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, v.Current.Generation(), 10))
+			ctx.SetBodyString("misdirected: generation mismatch\n")
+			return
+		}
+		p.serveRequest(ctx, true)
+	}
+}
