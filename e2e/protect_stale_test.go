@@ -186,12 +186,12 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	t.Parallel()
 	e := newProtectEnv(t, protectConfig{Timeout: "5s"})
 	const clients = 100
-	u := target("/swr", "cc", "max-age=1, stale-while-revalidate=30", "delay", "2500")
+	u := target("/swr", "cc", "max-age=2, stale-while-revalidate=30", "delay", "2500")
 	orig := e.get(u)
 	wantForwarded(t, "first GET", orig)
 
 	start := time.Now()
-	trigger := e.awaitExpiry(u, 3*time.Second)
+	trigger := e.awaitExpiry(u, 4*time.Second)
 	wantStale(t, "first stale GET", trigger, "stale-while-revalidate")
 	waveStart := time.Now()
 	wave := e.concurrent(clients, http.MethodGet, u)

@@ -70,6 +70,19 @@ func seriesValue(text []byte, name string, labels ...string) float64 {
 	return v
 }
 
+// series formats a metric name and label pairs as Prometheus writes them.
+func series(name string, labels ...string) string {
+	var sb strings.Builder
+	sb.WriteString(name + "{")
+	for i := 0; i+1 < len(labels); i += 2 {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		sb.WriteString(labels[i] + "=" + strconv.Quote(labels[i+1]))
+	}
+	return sb.String() + "}"
+}
+
 // rejectionBody is shield's JSON body of a 429.
 type rejectionBody struct {
 	Error      string `json:"error"`

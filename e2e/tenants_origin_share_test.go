@@ -216,29 +216,40 @@ func shareWaveOf(t *testing.T, e *env, wave, tenant string, hdr []string, share 
 	}
 	close(start)
 	wg.Wait()
+	bad := 0
+	fail := func(format string, args ...any) {
+		if bad++; bad <= 5 {
+			t.Errorf(format, args...)
+		}
+	}
+	defer func() {
+		if bad > 5 {
+			t.Errorf("%s wave: %d unexpected answers in all", tenant, bad)
+		}
+	}()
 	for i, r := range results {
 		switch {
 		case errs[i] != nil:
-			t.Errorf("%s wave %d: %v", tenant, i, errs[i])
+			fail("%s wave %d: %v", tenant, i, errs[i])
 		case r.status == http.StatusOK:
 			ok++
 			if cs := parseCacheStatus(r.header); cs.hit || cs.fwd == "" {
-				t.Errorf("%s wave %d: %v, want a fetch (fwd=)", tenant, i, r)
+				fail("%s wave %d: %v, want a fetch (fwd=)", tenant, i, r)
 			}
 		case r.status == http.StatusServiceUnavailable:
 			refused++
 			why[shieldDetail(r.header)]++
-			bad := ""
+			problem := ""
 			if share {
-				bad = checkOriginShare(r)
+				problem = checkOriginShare(r)
 			} else {
-				_, bad = retryAfterSeconds(r)
+				_, problem = retryAfterSeconds(r)
 			}
-			if bad != "" {
-				t.Errorf("%s wave %d: %s", tenant, i, bad)
+			if problem != "" {
+				fail("%s wave %d: %s", tenant, i, problem)
 			}
 		default:
-			t.Errorf("%s wave %d: %v, want 200 or 503", tenant, i, r)
+			fail("%s wave %d: %v, want 200 or 503", tenant, i, r)
 		}
 	}
 	return ok, refused, why

@@ -119,7 +119,7 @@ tenants:
 				{"shield_admission_admitted_total", []string{"tenant", "acme"}, acmeN},
 			} {
 				if got := seriesValue(m, c.name, c.labels...); got != c.want {
-					t.Errorf("%s%q = %v, want %v", c.name, c.labels, got, c.want)
+					t.Errorf("%s = %v, want %v", series(c.name, c.labels...), got, c.want)
 				}
 			}
 			for _, raw := range []string{tt.unknown, tt.other, tt.acme} {
@@ -183,7 +183,7 @@ tenants:
 		{"shield_admission_admitted_total", []string{"tenant", "default"}, 0},
 	} {
 		if got := seriesValue(m, c.name, c.labels...); got != c.want {
-			t.Errorf("%s%q = %v, want %v", c.name, c.labels, got, c.want)
+			t.Errorf("%s = %v, want %v", series(c.name, c.labels...), got, c.want)
 		}
 	}
 	if t.Failed() {

@@ -1,15 +1,19 @@
 package proxy
 
 import (
+	"errors"
+
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 )
 
 // AdminHandler serves the admin listener: /metrics (Prometheus text
 // format: shield's metrics plus Go runtime and process metrics),
-// /healthz (the process is up) and /readyz (it should get traffic: false
-// before the listeners are up and while draining). Keep this listener
-// off the public network.
+// /healthz (the process is up), /readyz (it should get traffic: false
+// before the listeners are up and while draining), POST /reload (re-read
+// the configuration file; a bad one is rejected and the running one
+// stays) and POST /purge (see Purge). Keep this listener off the public
+// network: it has no authentication.
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		switch string(ctx.Path()) {
@@ -17,6 +21,18 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			p.g.set.WritePrometheus(ctx)
 			metrics.WriteProcessMetrics(ctx)
+		case "/purge":
+			p.adminPurge(ctx)
+		case "/reload":
+			if !ctx.IsPost() {
+				ctx.Error("use POST\n", fasthttp.StatusMethodNotAllowed)
+				return
+			}
+			if err := p.Reload(); err != nil {
+				writeJSON(ctx, fasthttp.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			writeJSON(ctx, fasthttp.StatusOK, map[string]string{"status": "reloaded"})
 		case "/healthz":
 			ctx.SetBodyString("ok\n")
 		case "/readyz":
@@ -31,4 +47,18 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("not found\n")
 		}
 	}
+}
+
+// Reload runs the reloader set by SetReloader and counts the outcome.
+func (p *Proxy) Reload() error {
+	f := p.reload.Load()
+	if f == nil {
+		return errors.New("proxy: reload not available")
+	}
+	if err := (*f)(); err != nil {
+		p.g.reloadFails.Inc()
+		return err
+	}
+	p.g.reloads.Inc()
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"net"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -240,6 +241,58 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("misdirected: generation mismatch\n")
 			return
 		}
+		if string(ctx.Path()) == purgePath {
+			args, _ := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
+			res, err := p.Purge(args)
+			if err != nil {
+				writeJSON(ctx, fasthttp.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			writeJSON(ctx, fasthttp.StatusOK, res)
+			return
+		}
 		p.serveRequest(ctx, true)
 	}
+}
+
+// purgePath is the peer-listener path a purge is fanned out on.
+const purgePath = "/__shield/purge"
+
+// fanOutPurge applies a purge on every other node; it returns each
+// peer's HTTP status (0: unreachable). A node that misses a URL purge
+// keeps its copy until it expires: the caller sees which did.
+func (p *Proxy) fanOutPurge(args url.Values) map[string]int {
+	c := p.cluster.Load()
+	if c == nil {
+		return nil
+	}
+	v := c.m.View()
+	self := c.m.Self().ID
+	out := map[string]int{}
+	for _, peer := range v.Current.Peers() {
+		if peer.ID == self {
+			continue
+		}
+		pc := c.peers.Load().byID[peer.ID]
+		if pc == nil {
+			continue
+		}
+		req := fasthttp.AcquireRequest()
+		resp := fasthttp.AcquireResponse()
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI(purgePath + "?" + args.Encode())
+		req.Header.SetHost(peer.Addr)
+		req.Header.SetBytesKV(hShieldAuth, c.secret)
+		req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, v.Current.Generation(), 10))
+		resp.StreamBody = false
+		if err := pc.hc.DoTimeout(req, resp, 5*time.Second); err == nil {
+			out[peer.ID] = resp.StatusCode()
+			_ = resp.CloseBodyStream()
+		} else {
+			out[peer.ID] = 0
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+	return out
 }

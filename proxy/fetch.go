@@ -420,7 +420,7 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	if s := ctx.Response.StatusCode(); s >= 200 && s < 400 && !isSafe(ctx.Request.Header.Method()) {
 		sc := scratchPool.Get().(*scratch)
 		sc.tid = tid
-		sc.key = rte.appendKey(sc.key[:0], ctx, sc)
+		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 		p.store.del(sc.key)
 		scratchPool.Put(sc)
 		p.g.invalidations.Inc()

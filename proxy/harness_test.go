@@ -212,7 +212,8 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 func primaryKey(p *Proxy, ctx *fasthttp.RequestCtx) []byte {
 	rt := p.rt.Load()
 	r := rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal())
-	return rt.routes[r.Index].appendKey(nil, ctx, &scratch{})
+	rte := rt.routes[r.Index]
+	return rte.appendKey(nil, ctx, &scratch{}, p.ns.version(rte.name, rte.scoped, nil))
 }
 
 // stored decodes the entry under key; ok is false when there is none.

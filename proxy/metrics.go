@@ -98,6 +98,9 @@ type globalMetrics struct {
 	notStored     *metrics.Counter
 	invalidations *metrics.Counter
 	streamed      *metrics.Counter // responses too big to store, streamed through
+	purges        *metrics.Counter
+	reloads       *metrics.Counter
+	reloadFails   *metrics.Counter
 }
 
 func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
@@ -114,6 +117,9 @@ func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
 		notStored:     s.NewCounter(`shield_cache_not_stored_total`),
 		invalidations: s.NewCounter(`shield_cache_invalidations_total`),
 		streamed:      s.NewCounter(`shield_origin_streamed_responses_total`),
+		purges:        s.NewCounter(`shield_purges_total`),
+		reloads:       s.NewCounter(`shield_config_reloads_total`),
+		reloadFails:   s.NewCounter(`shield_config_reload_failures_total`),
 	}
 	s.NewGauge(`shield_coalesced_waiters`, func() float64 { return float64(g.waiting.Load()) })
 	s.RegisterMetricsWriter(func(w io.Writer) { writeCacheStats(w, cache) })

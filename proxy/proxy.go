@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ type Proxy struct {
 
 	// cluster is nil on a single node; set once by SetCluster.
 	cluster atomic.Pointer[cluster]
+	ns      *namespaces
+	// reload re-reads the configuration file (set by main).
+	reload atomic.Pointer[func() error]
 
 	// bg bounds work that outlives a request (background refreshes):
 	// cancelled by Close, which then waits for bgWG.
@@ -99,6 +103,12 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 		routeMetrics: make(map[string]*routeMetrics),
 	}
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), p.logger)
+	p.ns = newNamespaces()
+	if p.cachePath != "" {
+		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {
+			p.logger.Warn("namespace versions unreadable; purged entries may reappear", "err", err)
+		}
+	}
 	p.g = newGlobalMetrics(p.store.c)
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
@@ -297,6 +307,9 @@ func (p *Proxy) writeStateMetrics(w io.Writer) {
 	}
 }
 
+// SetReloader sets what POST /reload on the admin listener runs.
+func (p *Proxy) SetReloader(f func() error) { p.reload.Store(&f) }
+
 // SetReady flips /readyz; main sets it once listeners are up and clears it
 // when draining starts.
 func (p *Proxy) SetReady(v bool) { p.ready.Store(v) }
@@ -311,6 +324,9 @@ func (p *Proxy) Close() error {
 	}
 	start := time.Now()
 	if err := p.store.save(p.cachePath); err != nil {
+		return err
+	}
+	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
 		return err
 	}
 	p.logger.Info("cache snapshot saved", "path", p.cachePath, "took", time.Since(start).String())

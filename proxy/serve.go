@@ -148,7 +148,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
-	sc.key = rte.appendKey(sc.key[:0], ctx, sc)
+	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 
 	// Step 4: the key's owner serves it. A forwarded request is always
@@ -229,6 +229,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		return b, lkMiss
 	}
 	if e.kind == kindVary {
+		marker := *e // fields only; slices are not used after the next get
 		markerAt := e.storedAt
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
 		b = p.store.get(b, sc.vkey)
@@ -241,6 +242,10 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		}
 		if e.storedAt < markerAt || e.kind == kindVary {
 			return b, lkVaryMiss
+		}
+		if softAt := marker.lifetime; softAt > 0 && e.storedAt < softAt {
+			// Soft-purged: stale from the purge instant on.
+			e.lifetime = min(e.lifetime, e.initialAge+(softAt-e.storedAt))
 		}
 	}
 	if e.kind == kindHitForMiss {
@@ -285,7 +290,7 @@ func (sc *scratch) flightKey() []byte {
 }
 
 // appendKey builds the primary cache key of the request.
-func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch) []byte {
+func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch, namespace uint32) []byte {
 	uri := ctx.Request.URI()
 	sc.hdrs = sc.hdrs[:0]
 	for _, name := range r.headers {
@@ -296,12 +301,13 @@ func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch) []b
 		scheme = schemeHTTPS
 	}
 	parts := cachekey.Parts{
-		Route:   r.name,
-		Scheme:  scheme,
-		Host:    ctx.Request.Header.Host(),
-		Path:    uri.PathOriginal(),
-		Query:   uri.QueryString(),
-		Headers: sc.hdrs,
+		Namespace: namespace,
+		Route:     r.name,
+		Scheme:    scheme,
+		Host:      ctx.Request.Header.Host(),
+		Path:      uri.PathOriginal(),
+		Query:     uri.QueryString(),
+		Headers:   sc.hdrs,
 	}
 	if r.scoped {
 		parts.Tenant = sc.tid

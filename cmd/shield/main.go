@@ -81,6 +81,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	p.SetReloader(func() error { return reloadFile(path, p, logger) })
 	pub := &fasthttp.Server{
 		Handler:      p.Handler(),
 		ReadTimeout:  cfg.Server.ReadTimeout,
@@ -137,7 +138,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 			return fmt.Errorf("listener: %w", err)
 		case sig := <-sigc:
 			if sig == syscall.SIGHUP {
-				reload(path, p, logger)
+				_ = p.Reload()
 				continue
 			}
 			logger.Info("draining", "signal", sig.String(), "timeout", cfg.Server.DrainTimeout.String())
@@ -168,17 +169,20 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 	}
 }
 
-// reload validates the file and swaps it in; a bad file changes nothing.
-func reload(path string, p *proxy.Proxy, logger *slog.Logger) {
+// reloadFile validates the file and swaps it in; a bad file changes
+// nothing. Listener addresses, cache size/path and the cluster block need
+// a restart.
+func reloadFile(path string, p *proxy.Proxy, logger *slog.Logger) error {
 	cfg, err := config.Load(path)
 	if err == nil {
 		err = p.Apply(cfg)
 	}
 	if err != nil {
 		logger.Error("reload rejected, keeping the running configuration", "err", err)
-		return
+		return err
 	}
 	logger.Info("configuration reloaded", "path", path)
+	return nil
 }
 
 // slogPrinter adapts fasthttp's Logger to slog.

@@ -1,0 +1,252 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/cachekey"
+)
+
+// Purge (DESIGN §9).
+//
+//   - By URL: the URL's primary entry is deleted. A vary marker lives
+//     there, and variants stored before their marker are ignored, so every
+//     variant goes at once. Soft purge instead marks the entry stale now:
+//     it can still be served inside its stale-while-revalidate and
+//     stale-if-error windows (measured from the purge), and the next
+//     request refreshes it.
+//   - By namespace: every key carries a namespace version (route version
+//     in the high 16 bits, tenant version in the low 16 for tenant-scoped
+//     routes). Bumping a version makes every older key unreachable at
+//     once, O(1); fastcache evicts the orphans in time. A version wraps
+//     after 65536 purges of one route or tenant.
+//
+// Versions live in memory and, when cache.path is set, in a sidecar file
+// saved with the snapshot, so a warm restart does not resurrect purged
+// entries.
+
+// namespaces holds the namespace versions. Reads are lock-free snapshots.
+type namespaces struct {
+	mu      sync.Mutex // serialises bumps
+	routes  atomic.Pointer[map[string]uint16]
+	tenants atomic.Pointer[map[string]uint16]
+}
+
+func newNamespaces() *namespaces {
+	n := &namespaces{}
+	r, t := map[string]uint16{}, map[string]uint16{}
+	n.routes.Store(&r)
+	n.tenants.Store(&t)
+	return n
+}
+
+// version returns the key namespace for a route and, when scoped, a
+// tenant identity. It does not allocate.
+func (n *namespaces) version(route string, scoped bool, tid []byte) uint32 {
+	v := uint32((*n.routes.Load())[route]) << 16
+	if scoped {
+		v |= uint32((*n.tenants.Load())[string(tid)])
+	}
+	return v
+}
+
+func (n *namespaces) bump(which *atomic.Pointer[map[string]uint16], name string) uint16 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	old := *which.Load()
+	next := make(map[string]uint16, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[name]++
+	which.Store(&next)
+	return next[name]
+}
+
+type nsFile struct {
+	Routes  map[string]uint16 `json:"routes"`
+	Tenants map[string]uint16 `json:"tenants"`
+}
+
+func (n *namespaces) save(path string) error {
+	b, err := json.Marshal(nsFile{Routes: *n.routes.Load(), Tenants: *n.tenants.Load()})
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("proxy: save namespaces: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func (n *namespaces) load(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var f nsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("proxy: namespaces %s: %w", path, err)
+	}
+	if f.Routes != nil {
+		n.routes.Store(&f.Routes)
+	}
+	if f.Tenants != nil {
+		n.tenants.Store(&f.Tenants)
+	}
+	return nil
+}
+
+// PurgeResult says what a purge did.
+type PurgeResult struct {
+	Kind      string `json:"kind"` // url, soft-url, route, tenant
+	Target    string `json:"target"`
+	Found     bool   `json:"found,omitempty"`
+	Namespace uint16 `json:"namespace,omitempty"`
+}
+
+// errPurge is a purge request that cannot be carried out (4xx).
+var errPurge = errors.New("proxy: bad purge request")
+
+// Purge applies one purge on this node. args are the admin query
+// parameters: url (absolute, with soft=1 for a soft purge and tenant= for
+// tenant-scoped routes), or route, or tenant.
+func (p *Proxy) Purge(args url.Values) (PurgeResult, error) {
+	switch {
+	case args.Get("url") != "":
+		return p.purgeURL(args.Get("url"), args.Get("tenant"), args.Get("soft") == "1" || args.Get("soft") == "true")
+	case args.Get("route") != "":
+		name := args.Get("route")
+		if !p.hasRoute(name) {
+			return PurgeResult{}, fmt.Errorf("%w: unknown route %q", errPurge, name)
+		}
+		v := p.ns.bump(&p.ns.routes, name)
+		return PurgeResult{Kind: "route", Target: name, Namespace: v}, nil
+	case args.Get("tenant") != "":
+		name := args.Get("tenant")
+		v := p.ns.bump(&p.ns.tenants, name)
+		return PurgeResult{Kind: "tenant", Target: name, Namespace: v}, nil
+	}
+	return PurgeResult{}, fmt.Errorf("%w: give url=, route= or tenant=", errPurge)
+}
+
+func (p *Proxy) hasRoute(name string) bool {
+	for _, r := range p.rt.Load().routes {
+		if r.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// purgeURL deletes (or soft-purges) the primary entry of an absolute URL.
+func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return PurgeResult{}, fmt.Errorf("%w: url must be absolute http(s), got %q", errPurge, raw)
+	}
+	path := u.EscapedPath()
+	if path == "" {
+		path = "/"
+	}
+	rt := p.rt.Load()
+	r := rt.table.Match([]byte(u.Host), []byte(path))
+	if r == nil {
+		return PurgeResult{}, fmt.Errorf("%w: no route for %q", errPurge, raw)
+	}
+	rte := rt.routes[r.Index]
+	tid := []byte(tenant)
+	if rte.tenant != nil {
+		tid = rte.tenant
+	}
+	parts := cachekey.Parts{
+		Namespace: p.ns.version(rte.name, rte.scoped, tid),
+		Route:     rte.name,
+		Scheme:    []byte(u.Scheme),
+		Host:      []byte(u.Host),
+		Path:      []byte(path),
+		Query:     []byte(u.RawQuery),
+	}
+	if rte.scoped {
+		parts.Tenant = tid
+	}
+	key := cachekey.Append(nil, rte.rules, &parts)
+	res := PurgeResult{Kind: "url", Target: raw}
+	b := p.store.get(nil, key)
+	var e entry
+	res.Found = len(b) > 0 && decodeEntry(b, &e) == nil
+	if !soft {
+		p.store.del(key)
+		return res, nil
+	}
+	res.Kind = "soft-url"
+	if !res.Found {
+		return res, nil
+	}
+	now := time.Now().UnixNano()
+	switch e.kind {
+	case kindResponse:
+		// Stale from now: lifetime = current age.
+		e.lifetime = min(e.lifetime, e.initialAge+(now-e.storedAt))
+	case kindVary:
+		// Variants stored before now become stale at now (lookup).
+		e.lifetime = now
+	default:
+		return res, nil
+	}
+	var vary [][]byte
+	it := e.varyNames()
+	for n, ok := it.next(); ok; n, ok = it.next() {
+		vary = append(vary, n)
+	}
+	var hs []header
+	hi := e.headers()
+	for {
+		k, ok := hi.next()
+		if !ok {
+			break
+		}
+		v, _ := hi.next()
+		hs = append(hs, header{k: k, v: v})
+	}
+	p.store.set(key, appendEntry(nil, &e, vary, hs))
+	return res, nil
+}
+
+// adminPurge serves POST /purge on the admin listener; in a cluster the
+// purge is applied on every peer too.
+func (p *Proxy) adminPurge(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		ctx.Error("use POST\n", fasthttp.StatusMethodNotAllowed)
+		return
+	}
+	args, _ := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
+	res, err := p.Purge(args)
+	if err != nil {
+		status := fasthttp.StatusInternalServerError
+		if errors.Is(err, errPurge) {
+			status = fasthttp.StatusBadRequest
+		}
+		writeJSON(ctx, status, map[string]string{"error": err.Error()})
+		return
+	}
+	p.g.purges.Inc()
+	peers := p.fanOutPurge(args)
+	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"purge": res, "peers": peers})
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, _ := json.Marshal(v)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
+}
