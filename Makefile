@@ -7,13 +7,14 @@ BIN     := bin
 # outside the repository.
 CACHE   ?= $(HOME)/.cache/shield
 CONSUL  := $(CACHE)/consul
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: all build run test test-unit test-e2e bench fuzz fuzz-short vet fmt-check consul clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/shield ./cmd/shield
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/shield ./cmd/shield
 	$(GO) build -o $(BIN)/demo-origin ./cmd/demo-origin
 
 ## run: the demo origin on 127.0.0.1:9000 and one shield (config.example.yaml) on 127.0.0.1:8080.

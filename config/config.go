@@ -176,6 +176,18 @@ type Log struct {
 	Level string `yaml:"level"`
 	// Format is text (default) or json.
 	Format string `yaml:"format"`
+	// Access configures the access log (off by default).
+	Access AccessLog `yaml:"access"`
+}
+
+// AccessLog is a sampled request log. Each logged request costs a few
+// microseconds; sample on busy nodes.
+type AccessLog struct {
+	// Enabled turns it on.
+	Enabled bool `yaml:"enabled"`
+	// Sample is the fraction of requests logged, in (0, 1]. Default 1
+	// when enabled; sampling is deterministic (every Nth request).
+	Sample float64 `yaml:"sample"`
 }
 
 // Server holds the public listener's limits. Every value has a bounded

@@ -103,7 +103,7 @@ func TestFullConfig(t *testing.T) {
 		got, want any
 	}{
 		{"admin.listen", c.Admin.Listen, "off"},
-		{"log", c.Log, Log{Level: "debug", Format: "json"}},
+		{"log", c.Log, Log{Level: "debug", Format: "json", Access: AccessLog{Sample: 1}}},
 		{"server", c.Server, Server{ReadTimeout: 5 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderSize: 32 * KiB, MaxBodySize: 1 * MB, DrainTimeout: 30 * time.Second}},
 		{"cache", c.Cache, Cache{Size: GiB, MaxObjectSize: 16 * MiB, Path: "/var/lib/shield/cache", HitForMiss: 0,

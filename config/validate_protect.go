@@ -11,6 +11,7 @@ const defaultSlowStart = 30 * time.Second
 // applyProtectionDefaults fills origin-protection settings absent from
 // the file.
 func applyProtectionDefaults(c *Config, has func(string) bool) {
+	setDefault(&c.Log.Access.Sample, has("log.access.sample"), 1)
 	for name, o := range c.Origins {
 		setDefault(&o.SlowStart, has(join("origins", name)+".slow_start"), defaultSlowStart)
 	}
@@ -20,6 +21,9 @@ func applyProtectionDefaults(c *Config, has func(string) bool) {
 // are checked for range here; the admission and breaker packages check
 // their own invariants again when the proxy builds them.
 func (d *decoder) validateProtection(c *Config) {
+	if s := c.Log.Access.Sample; !(s > 0 && s <= 1) {
+		d.problem("log.access.sample", "must be in (0, 1], got %g", s)
+	}
 	for _, name := range sortedKeys(c.Origins) {
 		o, p := c.Origins[name], join("origins", name)
 		if o.MaxRate < 0 {

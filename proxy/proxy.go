@@ -38,6 +38,7 @@ type Proxy struct {
 
 	cachePath string
 	ready     atomic.Bool
+	requests  atomic.Uint64 // for access-log sampling
 
 	// cluster is nil on a single node; set once by SetCluster.
 	cluster atomic.Pointer[cluster]
@@ -68,6 +69,9 @@ type runtimeConfig struct {
 	hitForMiss time.Duration
 	maxWaiters int32
 	waitFor    time.Duration
+
+	// accessEvery logs one request in this many (0: access log off).
+	accessEvery uint64
 
 	// Admission: nil tenants means no admission control.
 	tenants  *admission.Tenants
@@ -131,6 +135,9 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		hitForMiss: cfg.Cache.HitForMiss,
 		maxWaiters: int32(cfg.Cache.MaxWaiters),
 		waitFor:    cfg.Cache.WaitTimeout,
+	}
+	if a := cfg.Log.Access; a.Enabled && a.Sample > 0 {
+		rt.accessEvery = uint64(1/a.Sample + 0.5)
 	}
 	if err := p.compileTenants(rt, cfg, now); err != nil {
 		return err

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"bytes"
+	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -84,6 +86,30 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer)
 	rte.m.requests[res].Inc()
 	rte.m.duration.UpdateDuration(ctx.Time())
+	if rt.accessEvery > 0 && p.requests.Add(1)%rt.accessEvery == 0 {
+		p.accessLog(ctx, rte, t, res, fromPeer)
+	}
+}
+
+// accessLog writes one sampled request line (off the hit path's
+// allocation budget by design: it runs only when enabled).
+func (p *Proxy) accessLog(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, res result, fromPeer bool) {
+	tenant := ""
+	if t != nil {
+		tenant = t.Name()
+	}
+	p.logger.LogAttrs(context.Background(), slog.LevelInfo, "access",
+		slog.String("method", string(ctx.Method())),
+		slog.String("host", string(ctx.Host())),
+		slog.String("uri", string(ctx.RequestURI())),
+		slog.Int("status", ctx.Response.StatusCode()),
+		slog.String("route", rte.name),
+		slog.String("cache", resultLabels[res]),
+		slog.String("tenant", tenant),
+		slog.Bool("from_peer", fromPeer),
+		slog.String("client", ctx.RemoteIP().String()),
+		slog.Duration("duration", time.Since(ctx.Time())),
+	)
 }
 
 // tenantOf identifies the request's tenant: the route's fixed tenant, else

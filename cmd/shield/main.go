@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -36,8 +37,13 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("shield", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "configuration file (YAML)")
 	checkPath := fs.String("check-config", "", "validate this configuration file and exit")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Println("shield", buildVersion())
+		return 0
 	}
 	if *checkPath != "" {
 		if _, err := config.Load(*checkPath); err != nil {
@@ -63,6 +69,31 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// version is set at build time: -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+// buildVersion is the linked version, else the module version and VCS
+// revision from the build info, else "dev".
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	if v == "" || v == "(devel)" {
+		return "dev"
+	}
+	return v + " " + bi.GoVersion
 }
 
 func newLogger(c config.Log) *slog.Logger {
