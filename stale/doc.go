@@ -67,11 +67,13 @@
 //     ([MaxHeuristic]), so a years-old Last-Modified cannot pin a response
 //     for months.
 //   - s-maxage implies proxy-revalidate for a shared cache (RFC 9111
-//     §5.2.2.10) and RFC 9111 §4.2.4 lists "an applicable s-maxage" among the
-//     directives that forbid serving stale, so a response with s-maxage gets
-//     no stale windows even if it also carries stale-while-revalidate. Origins
-//     that want stale service from this cache must use max-age (or rely on the
-//     route defaults).
+//     §5.2.2.10), so a response with s-maxage never gets the route's default
+//     stale windows. But when the origin sends s-maxage together with an
+//     explicit stale-while-revalidate or stale-if-error (the common
+//     "s-maxage=60, stale-while-revalidate=30"), that RFC 5861 directive is
+//     the more specific permission for this very response, and it is
+//     honoured, as Varnish, Fastly and Cloudflare do. must-revalidate,
+//     proxy-revalidate and no-cache still forbid any stale service.
 //   - Stale windows come from the response, else from the route Policy, and
 //     both are capped by Policy.MaxStale; MaxStale ≤ 0 therefore means "never
 //     serve stale", which makes the zero Policy the conservative one.

@@ -57,10 +57,18 @@ func Lifetime(f *Facts, p Policy) time.Duration {
 // (RFC 9111 §4.2.4, §5.2.2.10). The windows start at the end of freshness.
 func Windows(cc *Directives, p Policy) (swr, sie time.Duration) {
 	cc = orNone(cc)
-	if cc.MustRevalidate || cc.ProxyRevalidate || cc.NoCache || cc.SMaxAge >= 0 || p.MaxStale <= 0 {
+	if cc.MustRevalidate || cc.ProxyRevalidate || cc.NoCache || p.MaxStale <= 0 {
 		return 0, 0
 	}
-	swr, sie = p.StaleWhileRevalidate, p.StaleIfError
+	// s-maxage implies proxy-revalidate (RFC 9111 §5.2.2.10), so route
+	// defaults never apply to it. But an origin that sends s-maxage
+	// together with an explicit stale-while-revalidate or stale-if-error
+	// (the common "s-maxage=60, stale-while-revalidate=30") states the
+	// more specific RFC 5861 permission for exactly this response; we
+	// honour it, as other shared caches do.
+	if cc.SMaxAge < 0 {
+		swr, sie = p.StaleWhileRevalidate, p.StaleIfError
+	}
 	if cc.StaleWhileRevalidate >= 0 {
 		swr = seconds(cc.StaleWhileRevalidate)
 	}

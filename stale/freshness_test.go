@@ -65,7 +65,9 @@ func TestWindows(t *testing.T) {
 		{"must-revalidate §4.2.4 §5.2.2.2", cc("must-revalidate, stale-while-revalidate=10, stale-if-error=10"), routeDefaults, 0, 0},
 		{"proxy-revalidate §5.2.2.8", cc("proxy-revalidate, stale-if-error=10"), routeDefaults, 0, 0},
 		{"no-cache §4.2.4 §5.2.2.4", cc("no-cache, stale-if-error=10"), routeDefaults, 0, 0},
-		{"s-maxage implies proxy-revalidate §5.2.2.10", cc("s-maxage=60, stale-while-revalidate=10, stale-if-error=10"), routeDefaults, 0, 0},
+		{"s-maxage with explicit RFC 5861 windows keeps them", cc("s-maxage=60, stale-while-revalidate=10, stale-if-error=10"), routeDefaults, 10 * time.Second, 10 * time.Second},
+		{"s-maxage implies proxy-revalidate §5.2.2.10: no route defaults", cc("s-maxage=60"), routeDefaults, 0, 0},
+		{"s-maxage with only stale-if-error", cc("s-maxage=60, stale-if-error=7"), routeDefaults, 0, 7 * time.Second},
 		{"negative route defaults are none", nil, Policy{StaleWhileRevalidate: -time.Second, StaleIfError: -time.Second, MaxStale: time.Hour}, 0, 0},
 	}
 	for _, tt := range tests {
