@@ -59,7 +59,7 @@ func TestTenantFloodIsolation(t *testing.T) {
 			}
 		})
 	}
-	loaded := steadyLoad(e, "under flood", floodFor, hdrSteady)
+	loaded := steadyLoad(e, "under-flood", floodFor, hdrSteady)
 	wg.Wait()
 
 	for _, s := range []*steadyResult{alone, loaded} {

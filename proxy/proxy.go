@@ -106,7 +106,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 		origins:      make(map[string]*originState),
 		routeMetrics: make(map[string]*routeMetrics),
 	}
-	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), p.logger)
+	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.ns = newNamespaces()
 	if p.cachePath != "" {
 		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,12 +27,25 @@ const maxSmallKV = 64*1024 - 4 - 1
 // evicts by overwriting its oldest chunks; freshness lives in the entry.
 type store struct {
 	c *fastcache.Cache
+	// maxEntry bounds the length a SetBig metavalue may claim: larger
+	// claims come from a damaged snapshot and are misses, not an
+	// allocation of whatever size the bytes say.
+	maxEntry uint64
 }
 
 // openStore loads the snapshot at path when there is one, else starts
 // empty. A missing file is normal (first start); a bad one is logged and
 // ignored: the cache is an optimisation, never a reason not to start.
-func openStore(path string, maxBytes int, logger *slog.Logger) *store {
+func openStore(path string, maxBytes, maxObject int, logger *slog.Logger) *store {
+	s := openCache(path, maxBytes, logger)
+	// An entry is the body plus headers and metadata; 1 MiB more than the
+	// largest body is generous for the rest (header blocks are bounded
+	// by max_response_header_size, far below).
+	s.maxEntry = uint64(maxObject) + 1<<20
+	return s
+}
+
+func openCache(path string, maxBytes int, logger *slog.Logger) *store {
 	if path != "" {
 		c, err := fastcache.LoadFromFileMaxBytes(path, maxBytes)
 		switch {
@@ -54,6 +68,10 @@ func openStore(path string, maxBytes int, logger *slog.Logger) *store {
 func (s *store) get(dst, k []byte) []byte {
 	v := s.c.Get(dst[:0], k)
 	if len(v) == bigMetaLen {
+		if binary.BigEndian.Uint64(v[8:]) > s.maxEntry {
+			s.c.Del(k)
+			return v[:0]
+		}
 		v = s.c.GetBig(v[:0], k)
 	}
 	return v

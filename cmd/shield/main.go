@@ -129,6 +129,12 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
+		// ReduceMemoryUsage stays off on purpose: with it the server
+		// returns each response's body buffer to fasthttp's pool, which
+		// drops buffers whose capacity outgrew their length — exactly
+		// what the hit path hands back (entry = body + metadata) — so
+		// every hit would allocate (proxy BenchmarkHitPooledBody).
+		ReduceMemoryUsage: false,
 		Logger:                       slogPrinter{logger},
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
