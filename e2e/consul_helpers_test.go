@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,9 +47,9 @@ func consulBinary(t *testing.T) string {
 	return path
 }
 
-// startConsul starts a dev agent with every port chosen (DNS and gRPC
-// off), bound to 127.0.0.1 only, and waits until it has a leader. It is
-// killed by PID at cleanup.
+// startConsul starts a dev agent as /work/shared/consul/README.md shows,
+// with every port chosen (DNS and gRPC off) and bound to 127.0.0.1 only,
+// and waits until it has a leader. It is killed by PID at cleanup.
 func startConsul(t *testing.T) *consulAgent {
 	t.Helper()
 	bin := consulBinary(t)
@@ -60,7 +61,8 @@ func startConsul(t *testing.T) *consulAgent {
 			"-bind", "127.0.0.1", "-client", "127.0.0.1",
 			"-http-port", strconv.Itoa(p[0]), "-dns-port", "-1", "-grpc-port", "-1",
 			"-serf-lan-port", strconv.Itoa(p[1]), "-serf-wan-port", strconv.Itoa(p[2]),
-			"-server-port", strconv.Itoa(p[3]))
+			"-server-port", strconv.Itoa(p[3]),
+			"-log-level", "info") // dev mode logs every HTTP call at debug
 		if waitConsulLeader(proc, addr) {
 			return &consulAgent{proc: proc, addr: addr}
 		}
@@ -83,7 +85,7 @@ func waitConsulLeader(proc *process, addr string) bool {
 		if resp, err := client.Get("http://" + addr + "/v1/status/leader"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if leader, err := strconv.Unquote(string(b)); resp.StatusCode == http.StatusOK && err == nil && leader != "" {
+			if leader, err := strconv.Unquote(strings.TrimSpace(string(b))); resp.StatusCode == http.StatusOK && err == nil && leader != "" {
 				return true
 			}
 		}

@@ -135,7 +135,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		// what the hit path hands back (entry = body + metadata) — so
 		// every hit would allocate (proxy BenchmarkHitPooledBody).
 		ReduceMemoryUsage: false,
-		Logger:                       slogPrinter{logger},
+		Logger:            slogPrinter{logger},
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
