@@ -23,6 +23,9 @@ func applyClusterDefaults(c *Config, has func(string) bool) {
 	setDefault(&cl.Weight, has("cluster.weight"), 1)
 	setDefault(&cl.Overlap, has("cluster.overlap"), defaultOverlap)
 	setDefault(&cl.Membership, has("cluster.membership"), "static")
+	setDefault(&cl.HotKeyRate, has("cluster.hot_key_rate"), 500)
+	setDefault(&cl.HotKeyMaxAge, has("cluster.hot_key_max_age"), time.Second)
+	setDefault(&cl.HandoffKeys, has("cluster.handoff_keys"), 1000)
 	longest := time.Duration(0)
 	for _, o := range c.Origins {
 		longest = max(longest, o.Timeout)
@@ -64,6 +67,15 @@ func (d *decoder) validateCluster(c *Config) {
 	d.positive("cluster.overlap", cl.Overlap)
 	d.positive("cluster.peer_timeout", cl.PeerTimeout)
 	d.oneOf("cluster.membership", cl.Membership, "static", "consul")
+	if cl.HotKeyRate < 0 {
+		d.problem("cluster.hot_key_rate", "must be ≥ 0 (0 disables near copies), got %g", cl.HotKeyRate)
+	}
+	if cl.HotKeyMaxAge <= 0 || cl.HotKeyMaxAge > 10*time.Second {
+		d.problem("cluster.hot_key_max_age", "must be in (0, 10s], got %s", cl.HotKeyMaxAge)
+	}
+	if cl.HandoffKeys < 0 || cl.HandoffKeys > 100000 {
+		d.problem("cluster.handoff_keys", "must be in [0, 100000], got %d", cl.HandoffKeys)
+	}
 	switch cl.Membership {
 	case "static":
 		seen := map[string]bool{}

@@ -90,6 +90,15 @@ type Cluster struct {
 	// PeerTimeout bounds one forwarded request (the owner may be fetching
 	// from the origin). Default: the longest origin timeout plus 1s.
 	PeerTimeout time.Duration `yaml:"peer_timeout"`
+	// HotKeyRate: an edge node that forwards one key at least this many
+	// times per second keeps a near copy of the owner's answer, so one
+	// key cannot saturate its owner. Default 500; 0 disables.
+	HotKeyRate float64 `yaml:"hot_key_rate"`
+	// HotKeyMaxAge bounds a near copy's freshness. Default 1s, at most 10s.
+	HotKeyMaxAge time.Duration `yaml:"hot_key_max_age"`
+	// HandoffKeys is how many of its hottest entries a node pushes to
+	// their new owners when it leaves gracefully. Default 1000; 0 disables.
+	HandoffKeys int `yaml:"handoff_keys"`
 	// Membership is "static" (default: Peers, or just this node) or
 	// "consul".
 	Membership string `yaml:"membership"`

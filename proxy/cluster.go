@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -24,9 +25,21 @@ import (
 // — owner down or slow, wrong generation (421), refused — is answered as
 // a local miss, never a wrong answer.
 //
-// Not done yet (see the README): the read-through to the previous owner
-// inside the overlap window, hot-key near copies, hand-off on leave, and
-// routing URL invalidations to the owner.
+// Around that core:
+//   - per-peer breakers: a peer that keeps failing is skipped for a while
+//     (requests are served locally) instead of costing every request a
+//     timeout;
+//   - read-through: a new owner that misses inside the overlap window asks
+//     the key's previous owner once, for a cached copy only
+//     (Shield-Read-Through), before going to the origin;
+//   - near copies: an edge that forwards one key above hot_key_rate keeps
+//     the owner's answer for at most hot_key_max_age;
+//   - hand-off: a node leaving gracefully pushes its hottest entries to
+//     their new owners (Handoff);
+//   - purges fan out to every node (fanOutPurge), dropping near copies too.
+//
+// Not done: URL invalidation by unsafe methods is applied on the node that
+// forwarded the request, not routed to the owner.
 
 // Peer protocol header fields.
 var (
@@ -34,6 +47,8 @@ var (
 	hShieldGeneration = []byte("Shield-Generation")
 	hShieldTenant     = []byte("Shield-Tenant")
 	hShieldClientIP   = []byte("Shield-Client-Ip")
+	// hShieldReadThrough asks the previous owner for a cached copy only.
+	hShieldReadThrough = []byte("Shield-Read-Through")
 )
 
 // isShieldHeader reports the peer protocol fields: never forwarded to an
@@ -49,10 +64,26 @@ type cluster struct {
 	secret  []byte
 	timeout time.Duration
 	peers   atomic.Pointer[peerTable]
+	hot     *hotKeys
+	opts    ClusterOptions
 
-	forbidden   *metrics.Counter // peer requests refused (secret or address)
-	misdirected *metrics.Counter // peer requests answered 421
-	genChanges  *metrics.Counter
+	forbidden    *metrics.Counter // peer requests refused (secret or address)
+	misdirected  *metrics.Counter // peer requests answered 421
+	genChanges   *metrics.Counter
+	readThrough  [2]*metrics.Counter // previous-owner read-throughs: hit, miss
+	nearStored   *metrics.Counter
+	nearHits     *metrics.Counter
+	handoffSent  *metrics.Counter
+	handoffTaken *metrics.Counter
+}
+
+// ClusterOptions are the cluster settings the proxy uses.
+type ClusterOptions struct {
+	Secret       string
+	PeerTimeout  time.Duration
+	HotKeyRate   float64       // 0: no near copies
+	HotKeyMaxAge time.Duration // near copy lifetime cap
+	HandoffKeys  int           // hottest entries pushed on leave
 }
 
 // peerTable is rebuilt whenever membership changes.
@@ -62,7 +93,9 @@ type peerTable struct {
 }
 
 type peerClient struct {
+	id       string
 	hc       *fasthttp.HostClient
+	brk      *breaker.Breaker // skips a failing peer for a while
 	outcomes [numPeerOutcomes]*metrics.Counter
 }
 
@@ -73,24 +106,38 @@ const (
 	peerError
 	peerMisdirected
 	peerForbidden
+	peerSkipped // breaker open: served locally without trying
 	numPeerOutcomes
 )
 
-var peerOutcomeLabels = [numPeerOutcomes]string{"ok", "error", "misdirected", "forbidden"}
+var peerOutcomeLabels = [numPeerOutcomes]string{"ok", "error", "misdirected", "forbidden", "skipped"}
+
+// peerBreaker: three consecutive failures skip the peer for 2s, then one
+// probe decides.
+var peerBreaker = breaker.Settings{ConsecutiveFailures: 3, OpenFor: 2 * time.Second, HalfOpenProbes: 1, Interval: 10 * time.Second}
 
 // SetCluster joins the proxy to a cluster: requests whose key another
 // node owns are forwarded to it. src is refreshed after a 421 or a peer
 // failure. Call before serving.
-func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, secret string, peerTimeout time.Duration) {
+func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts ClusterOptions) {
+	peerTimeout := opts.PeerTimeout
 	c := &cluster{
-		m:           m,
-		src:         src,
-		secret:      []byte(secret),
-		timeout:     peerTimeout,
-		forbidden:   p.g.set.NewCounter(`shield_peer_forbidden_total`),
-		misdirected: p.g.set.NewCounter(`shield_peer_misdirected_total`),
-		genChanges:  p.g.set.NewCounter(`shield_cluster_generation_changes_total`),
+		m:            m,
+		src:          src,
+		secret:       []byte(opts.Secret),
+		timeout:      peerTimeout,
+		hot:          newHotKeys(),
+		opts:         opts,
+		forbidden:    p.g.set.NewCounter(`shield_peer_forbidden_total`),
+		misdirected:  p.g.set.NewCounter(`shield_peer_misdirected_total`),
+		genChanges:   p.g.set.NewCounter(`shield_cluster_generation_changes_total`),
+		nearStored:   p.g.set.NewCounter(`shield_near_copies_stored_total`),
+		nearHits:     p.g.set.NewCounter(`shield_near_copy_hits_total`),
+		handoffSent:  p.g.set.NewCounter(`shield_handoff_entries_sent_total`),
+		handoffTaken: p.g.set.NewCounter(`shield_handoff_entries_received_total`),
 	}
+	c.readThrough[0] = p.g.set.NewCounter(`shield_peer_read_through_total{outcome="hit"}`)
+	c.readThrough[1] = p.g.set.NewCounter(`shield_peer_read_through_total{outcome="miss"}`)
 	p.g.set.NewGauge(`shield_cluster_peers`, func() float64 { return float64(m.View().Current.Len()) })
 	p.g.set.NewGauge(`shield_cluster_generation`, func() float64 { return float64(m.View().Current.Generation() >> 11) })
 	p.g.set.NewGauge(`shield_consul_reachable`, func() float64 {
@@ -108,7 +155,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, secret str
 		for _, peer := range v.Current.Peers() {
 			pc := clients[peer.ID+"@"+peer.Addr]
 			if pc == nil {
-				pc = &peerClient{hc: newPeerClient(peer.Addr, peerTimeout)}
+				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
 				}
@@ -153,6 +200,11 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	if pc == nil {
 		return 0, false
 	}
+	call, err := pc.brk.Allow()
+	if err != nil {
+		pc.outcomes[peerSkipped].Inc()
+		return 0, false
+	}
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	src := &ctx.Request
@@ -171,7 +223,15 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.Header.SetBytesKV(hShieldAuth, c.secret)
 	req.Header.Set("Shield-Client-Ip", ctx.RemoteIP().String())
 	resp := fasthttp.AcquireResponse()
-	err := pc.hc.DoDeadline(req, resp, time.Now().Add(c.timeout))
+	reqTime := time.Now()
+	err = pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
+	outcome := breaker.Success
+	if err != nil {
+		outcome = breaker.Failure
+	} else if s := resp.StatusCode(); s == fasthttp.StatusMisdirectedRequest || s == fasthttp.StatusForbidden {
+		outcome = breaker.Ignored
+	}
+	call.Done(outcome)
 	switch {
 	case err != nil:
 		pc.outcomes[peerError].Inc()
@@ -192,7 +252,26 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 		return 0, false
 	}
 	pc.outcomes[peerOK].Inc()
+	if sc.hotRate > 0 && c.opts.HotKeyRate > 0 && sc.hotRate >= c.opts.HotKeyRate && resp.StatusCode() == fasthttp.StatusOK {
+		if p.keepNearCopy(ctx, c, sc, req, resp, reqTime) {
+			return resPeer, true
+		}
+	}
 	out := &ctx.Response
+	relayPeerHead(out, resp, pc.id)
+	if r := resp.BodyStream(); r != nil {
+		out.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())
+	} else {
+		out.SetBody(resp.Body())
+		fasthttp.ReleaseResponse(resp)
+	}
+	return resPeer, true
+}
+
+// relayPeerHead copies an owner's answer head and appends this node's
+// Cache-Status member (RFC 9211 lists caches from the origin outwards):
+// "shield-edge; detail=peer-<owner>".
+func relayPeerHead(out, resp *fasthttp.Response, owner string) {
 	out.SetStatusCode(resp.StatusCode())
 	rconn := resp.Header.PeekBytes(hConnection)
 	for k, val := range resp.Header.All() {
@@ -201,13 +280,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 		}
 		out.Header.AddBytesKV(k, val)
 	}
-	if r := resp.BodyStream(); r != nil {
-		out.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())
-	} else {
-		out.SetBody(resp.Body())
-		fasthttp.ReleaseResponse(resp)
-	}
-	return resPeer, true
+	out.Header.Add("Cache-Status", "shield-edge; detail=peer-"+owner)
 }
 
 // PeerHandler serves the peer listener: requests forwarded by other
@@ -239,6 +312,10 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetStatusCode(fasthttp.StatusMisdirectedRequest)
 			ctx.Response.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, v.Current.Generation(), 10))
 			ctx.SetBodyString("misdirected: generation mismatch\n")
+			return
+		}
+		if string(ctx.Path()) == handoffPath {
+			p.takeHandoff(ctx, c)
 			return
 		}
 		if string(ctx.Path()) == purgePath {

@@ -52,13 +52,21 @@ func (a *answer) release() {
 // says what happened. primary is the request's primary key, flightKey the
 // key it coalesces on (the variant key when a vary marker is known); se,
 // when set, is the stored copy whose validators req carries.
-func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, se *entry, hasAuth bool) answer {
+func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, se *entry, hasAuth bool, prev *peerClient, tid []byte) answer {
 	o := rte.origin
 	resp := fasthttp.AcquireResponse()
 	reqTime := time.Now()
-	if ok, fl := o.call(t, req, resp); !ok {
-		fasthttp.ReleaseResponse(resp)
-		return answer{kind: ansFailed, fail: fl}
+	// Inside the overlap window a new owner first asks the key's previous
+	// owner for its cached copy, once.
+	fromPrev := false
+	if c := p.cluster.Load(); prev != nil && c != nil && se == nil {
+		fromPrev = p.readThrough(c, prev, req, tid, resp)
+	}
+	if !fromPrev {
+		if ok, fl := o.call(t, req, resp); !ok {
+			fasthttp.ReleaseResponse(resp)
+			return answer{kind: ansFailed, fail: fl}
+		}
 	}
 	status := resp.StatusCode()
 	if se != nil {
@@ -209,7 +217,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
-	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), se, hasAuth)
+	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), se, hasAuth, sc.prevOwner, sc.tid)
 	publish(f, &a)
 	now := time.Now()
 	switch a.kind {
@@ -317,7 +325,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		if p.bgCtx.Err() != nil {
 			return
 		}
-		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, se, hasAuth)
+		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, se, hasAuth, nil, nil)
 		publish(f, &a)
 		if a.kind == ansUnstorable && a.hitForMiss || a.kind == ansStream {
 			p.writeHitForMiss(rt, flightKey, time.Now())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -27,6 +28,10 @@ type scratch struct {
 	tenant   *admission.Tenant // nil without admission control
 	tid      []byte            // tenant identity for tenant-scoped keys (aliases request or config memory)
 	fromPeer bool              // forwarded by another node
+
+	hotRate   float64     // sampled request rate of a forwarded key (0: not sampled)
+	ownerID   string      // the owner a request was forwarded to
+	prevOwner *peerClient // the key's previous owner, inside the overlap window
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -176,16 +181,21 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
+	readThrough := fromPeer && len(h.PeekBytes(hShieldReadThrough)) > 0
 
 	// Step 4: the key's owner serves it. A forwarded request is always
-	// served here, so a request crosses at most one hop.
-	if c := p.cluster.Load(); c != nil && !fromPeer {
-		v := c.m.View()
-		if owner, self := v.Current.Owner(cachekey.Digest(sc.key)); !self {
-			if res, ok := p.forwardToOwner(ctx, c, v, owner, sc); ok {
-				return res
-			}
-			ctx.Response.Reset()
+	// served where it lands, so a request crosses at most one hop.
+	var forwardTo *routing.Peer
+	var v *routing.View
+	c := p.cluster.Load()
+	if c != nil && !readThrough {
+		v = c.m.View()
+		digest := cachekey.Digest(sc.key)
+		rate := c.hot.touch(sc.key, digest, now)
+		if owner, self := v.Current.Owner(digest); !self && !fromPeer {
+			forwardTo, sc.hotRate, sc.ownerID = owner, rate, owner.ID
+		} else {
+			sc.prevOwner = c.readThroughPeer(v, digest, now)
 		}
 	}
 
@@ -194,15 +204,44 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	b := ctx.Response.SwapBody(nil)
 	var e entry
 	b, lk := p.lookup(b, ctx, sc, &e)
+	if forwardTo != nil {
+		// A fresh local copy (a near copy of a hot key) answers without
+		// the hop; anything else goes to the owner.
+		if lk == lkHit {
+			age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
+			if stale.Classify(age, time.Duration(e.lifetime), 0, 0, &sc.cc) == stale.Fresh {
+				c.nearHits.Inc()
+				p.serveHit(ctx, sc, &e, b, age, csHitTTL)
+				return resHit
+			}
+		}
+		ctx.Response.SwapBody(b[:0])
+		if res, ok := p.forwardToOwner(ctx, c, v, forwardTo, sc); ok {
+			return res
+		}
+		// The owner could not answer: serve it here, as a local miss.
+		ctx.Response.Reset()
+		b = ctx.Response.SwapBody(nil)
+		b, lk = p.lookup(b, ctx, sc, &e)
+	}
+	if readThrough && lk != lkHit {
+		ctx.Response.SwapBody(b[:0])
+		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", "shield; fwd=miss; detail=only-if-cached")
+		return resBypass
+	}
 	switch lk {
 	case lkHit:
 		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
 		st := stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc)
-		switch st {
-		case stale.Fresh:
+		switch {
+		case st == stale.Fresh:
 			p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 			return resHit
-		case stale.StaleRevalidate:
+		case readThrough:
+			ctx.Response.SwapBody(b[:0])
+			p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not fresh", "shield; fwd=stale; detail=only-if-cached")
+			return resBypass
+		case st == stale.StaleRevalidate:
 			// Serve the stale copy now; one background refresh per key.
 			p.refreshInBackground(ctx, rt, rte, sc, bytes.Clone(b))
 			p.serveHit(ctx, sc, &e, b, age, csStaleSWR)

@@ -60,7 +60,13 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 		}
 		src = s
 	}
-	p.SetCluster(m, src, cc.Secret, cc.PeerTimeout)
+	p.SetCluster(m, src, proxy.ClusterOptions{
+		Secret:       cc.Secret,
+		PeerTimeout:  cc.PeerTimeout,
+		HotKeyRate:   cc.HotKeyRate,
+		HotKeyMaxAge: cc.HotKeyMaxAge,
+		HandoffKeys:  cc.HandoffKeys,
+	})
 
 	ln, err := net.Listen("tcp", cc.Listen)
 	if err != nil {
@@ -113,9 +119,10 @@ func registerUntilDone(ctx context.Context, c *routing.Consul, logger *slog.Logg
 	}
 }
 
-// leave deregisters from Consul and waits for the overlap window (bounded
-// by the drain timeout), during which peers still route here.
-func (n *clusterNode) leave(cfg *config.Config, logger *slog.Logger) {
+// leave deregisters from Consul, waits for the overlap window (bounded by
+// the drain timeout) while peers may still route here, then hands the
+// hottest entries to their new owners.
+func (n *clusterNode) leave(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger) {
 	if n.consul == nil {
 		return
 	}
@@ -127,6 +134,10 @@ func (n *clusterNode) leave(cfg *config.Config, logger *slog.Logger) {
 	wait := min(cfg.Cluster.Overlap, cfg.Server.DrainTimeout/2)
 	logger.Info("left the cluster, serving through the overlap", "wait", wait.String())
 	time.Sleep(wait)
+	hctx, hcancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout/2)
+	sent := p.Handoff(hctx)
+	hcancel()
+	logger.Info("handed off hot entries", "entries", sent)
 }
 
 // stop ends membership watching and closes the peer listener.

@@ -183,7 +183,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 			if cl != nil {
 				// Leave the peer set first, so other nodes stop routing
 				// keys here, then keep serving through the overlap.
-				cl.leave(cfg, logger)
+				cl.leave(cfg, p, logger)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
 			err := pub.ShutdownWithContext(ctx)

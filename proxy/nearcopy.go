@@ -1,0 +1,99 @@
+package proxy
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/routing"
+)
+
+// keepNearCopy answers a hot key's forwarded request from the owner's
+// response and keeps a short-lived local copy (at most hot_key_max_age,
+// no stale windows), so the next requests for that key are local hits. It
+// reports false, leaving resp untouched, when the answer cannot be kept
+// (too large, not storable): the caller then relays it as usual.
+func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, sc *scratch, req *fasthttp.Request, resp *fasthttp.Response, reqTime time.Time) bool {
+	rt := p.rt.Load()
+	if cl := resp.Header.ContentLength(); cl < 0 || cl > rt.maxObject {
+		return false
+	}
+	body, complete, err := readBody(resp, rt.maxObject)
+	if err != nil || !complete {
+		// The stream was consumed: the owner's answer cannot be relayed.
+		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "peer answer unreadable", "shield; fwd=peer; detail=error")
+		fasthttp.ReleaseResponse(resp)
+		return true
+	}
+	now := time.Now()
+	rte := p.routeByName(rt, ctx)
+	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
+	if rte != nil {
+		if d := decide(hasAuth, resp, rte, reqTime, now); d.storable {
+			e := entry{
+				kind:       kindResponse,
+				status:     resp.StatusCode(),
+				storedAt:   now.UnixNano(),
+				initialAge: int64(d.initialAge),
+				lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
+				body:       body,
+				etag:       bytes.Clone(resp.Header.PeekBytes(hETag)),
+			}
+			e.lastModified = bytes.Clone(resp.Header.PeekBytes(hLastModified))
+			headers, vary := storedHeaders(resp, now, rte.allowSC)
+			p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
+			c.nearStored.Inc()
+		}
+	}
+	out := &ctx.Response
+	relayPeerHead(out, resp, sc.ownerID)
+	out.SetBody(body)
+	fasthttp.ReleaseResponse(resp)
+	return true
+}
+
+// routeByName finds the route a request matched (near copies need its
+// policy); requests reach here only after matching, so nil is unexpected.
+func (p *Proxy) routeByName(rt *runtimeConfig, ctx *fasthttp.RequestCtx) *route {
+	r := rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal())
+	if r == nil {
+		return nil
+	}
+	return rt.routes[r.Index]
+}
+
+// readThroughPeer returns the client of the key's previous owner when a
+// membership change inside the overlap window moved the key here.
+func (c *cluster) readThroughPeer(v *routing.View, digest uint64, now time.Time) *peerClient {
+	prev, isSelf, ok := v.PreviousOwner(digest, now)
+	if !ok || isSelf {
+		return nil
+	}
+	return c.peers.Load().byID[prev.ID]
+}
+
+// readThrough asks the previous owner for its cached copy of req's key.
+// ok means resp holds that copy (a fresh hit there); anything else — a
+// miss, an error, the peer gone — means "go to the origin".
+func (p *Proxy) readThrough(c *cluster, pc *peerClient, req *fasthttp.Request, tid []byte, resp *fasthttp.Response) bool {
+	pr := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(pr)
+	req.CopyTo(pr)
+	v := c.m.View()
+	var num [20]byte
+	pr.Header.SetBytesKV(hShieldGeneration, appendUint(num[:0], v.Current.Generation()))
+	pr.Header.SetBytesKV(hShieldAuth, c.secret)
+	pr.Header.SetBytesKV(hShieldTenant, tid)
+	pr.Header.SetBytesKV(hShieldReadThrough, []byte("1"))
+	// A short bound: the previous owner answers from memory or not at all.
+	timeout := min(c.timeout, 500*time.Millisecond)
+	if err := pc.hc.DoDeadline(pr, resp, time.Now().Add(timeout)); err != nil || resp.StatusCode() != fasthttp.StatusOK {
+		c.readThrough[1].Inc()
+		_ = resp.CloseBodyStream()
+		resp.Reset()
+		return false
+	}
+	c.readThrough[0].Inc()
+	return true
+}
