@@ -1,5 +1,14 @@
 package e2e
 
+// The cluster harness. Each cluster test has its own Consul dev agent,
+// demo origin and shields, and its own Consul service name, so cluster
+// tests share nothing and run in parallel. Nodes are n1, n2, … in start
+// order; every request carries the same Host (clusterHost), since keys
+// include it. Convergence is polled on each node's /metrics against the
+// generation the routing package computes for the expected set, and a
+// key's owner is found by watching the forwarding counters, never by
+// re-implementing the key format.
+
 import (
 	"bufio"
 	"bytes"
@@ -87,6 +96,14 @@ func newClusterEnv(t *testing.T, n int) *clusterEnv {
 	}
 	ce.waitConverged("initial membership", ce.nodes...)
 	return ce
+}
+
+// on returns a view of ce that reports to t, for use inside a subtest:
+// FailNow must be called from the goroutine running the failing test.
+func (ce *clusterEnv) on(t *testing.T) *clusterEnv {
+	c := *ce
+	c.t, c.e = t, ce.e.on(t)
+	return &c
 }
 
 // addNode starts the next node (n<k>) and waits for its /readyz; it does

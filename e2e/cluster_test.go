@@ -79,6 +79,7 @@ func TestClusterPeerListener(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			ce := ce.on(t)
 			before := ce.scrape(n)
 			path := "/peer/" + strings.ReplaceAll(tt.name, " ", "-")
 			hdr := append([]string{"Host", clusterHost}, tt.hdr...)

@@ -50,6 +50,10 @@ func consulBinary(t *testing.T) string {
 // startConsul starts a dev agent as /work/shared/consul/README.md shows,
 // with every port chosen (DNS and gRPC off) and bound to 127.0.0.1 only,
 // and waits until it has a leader. It is killed by PID at cleanup.
+//
+// Beyond the README, -grpc-tls-port -1: a 1.14 dev agent otherwise binds
+// gRPC-TLS on the fixed port 8503, so a second agent running at the same
+// time fails to start.
 func startConsul(t *testing.T) *consulAgent {
 	t.Helper()
 	bin := consulBinary(t)
@@ -59,7 +63,7 @@ func startConsul(t *testing.T) *consulAgent {
 		addr := "127.0.0.1:" + strconv.Itoa(p[0])
 		proc := startDirProcess(t, "consul", t.TempDir(), bin, "agent", "-dev",
 			"-bind", "127.0.0.1", "-client", "127.0.0.1",
-			"-http-port", strconv.Itoa(p[0]), "-dns-port", "-1", "-grpc-port", "-1",
+			"-http-port", strconv.Itoa(p[0]), "-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
 			"-serf-lan-port", strconv.Itoa(p[1]), "-serf-wan-port", strconv.Itoa(p[2]),
 			"-server-port", strconv.Itoa(p[3]),
 			"-log-level", "info") // dev mode logs every HTTP call at debug
@@ -67,7 +71,7 @@ func startConsul(t *testing.T) *consulAgent {
 			return &consulAgent{proc: proc, addr: addr}
 		}
 		if !proc.exited() {
-			t.Fatalf("consul at %s: no leader after %v\n%s", addr, startTimeout, proc.stdout.String())
+			t.Fatalf("consul at %s: no leader after %v (its output follows)", addr, startTimeout)
 		}
 		lastOutput = proc.stdout.String() + proc.stderr.String()
 	}

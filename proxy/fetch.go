@@ -148,6 +148,21 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		return p.wait(ctx, rt, rte, sc, f, staleCopy, fwd)
 	}
 	defer p.fl.finish(f)
+	// Re-check the store: between our lookup and becoming leader, a
+	// previous leader may have finished and stored the key (groupcache's
+	// load does the same), and fetching again would be a second origin
+	// request for one key.
+	if b := p.store.get(nil, key); len(b) > 0 {
+		var e entry
+		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) {
+			age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), ctx.Time())
+			if stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc) == stale.Fresh {
+				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
+				p.serveShared(ctx, &e, age, "shield; hit; detail=just-stored")
+				return resHit
+			}
+		}
+	}
 	return p.fetch(ctx, rt, rte, sc, f, staleCopy, fwd)
 }
 
