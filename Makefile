@@ -36,7 +36,7 @@ test-unit:
 	# allocation tests are excluded under -race; run them without it
 	$(GO) test -count=1 -run 'Allocs' ./...
 
-test-e2e: build
+test-e2e: build consul
 	CONSUL_BIN=$(CONSUL) $(GO) test -count=1 -timeout 10m ./e2e/
 
 ## fuzz-short: every fuzz target for a few seconds (part of make test).

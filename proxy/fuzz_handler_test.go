@@ -91,6 +91,7 @@ func FuzzHandler(f *testing.F) {
 			}
 		}
 		fuzzServe(p, plain)
+		t.Logf("DEBUG %d %s %.80q", plain.Response.StatusCode(), plain.Response.Header.Peek("Cache-Status"), plain.Response.Body())
 		fuzzCheck(t, o, plain)
 		got := plain.Response.Body()
 		if spoofable && bytes.Contains(bytes.ToLower(got), []byte(fuzzSpoof)) {
