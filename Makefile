@@ -58,3 +58,9 @@ $(CONSUL):
 
 clean:
 	rm -rf $(BIN)
+
+## bench-peers: shield vs Varnish vs nginx vs a bare fasthttp origin, side by side
+## (installs wrk, varnish, nginx from Debian if missing; see bench/peers.sh).
+.PHONY: bench-peers
+bench-peers: build
+	bench/peers.sh

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"text/template"
 	"time"
@@ -322,4 +323,37 @@ func (e *env) breakerState() float64 {
 		return -1
 	}
 	return v
+}
+
+// countingTransport counts the requests a client sends to host.
+// http.Transport may resend an idempotent request on its own when a
+// kept-alive connection dies under it; such a resend is not counted here,
+// so a server counting more requests than this saw a request twice.
+type countingTransport struct {
+	rt   http.RoundTripper
+	host string
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host == c.host {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(req)
+}
+
+// countRequests makes e's client count what it sends to shield's public
+// listener.
+func (e *env) countRequests() *countingTransport {
+	ct := &countingTransport{rt: e.client.Transport, host: e.cfg.Listen}
+	e.client.Transport = ct
+	return ct
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// wrapped transport.
+func (c *countingTransport) CloseIdleConnections() {
+	if ci, ok := c.rt.(interface{ CloseIdleConnections() }); ok {
+		ci.CloseIdleConnections()
+	}
 }

@@ -141,8 +141,12 @@ func TestBreakerOpen(t *testing.T) {
 			for _, a := range failed {
 				failLat = append(failLat, a.latency())
 			}
-			t.Logf("%s: breaker opened after %d failures (median %v each); open 503s: median %v over %d; outage %v: %d client requests, %d origin requests (%d probes)",
-				tt.name, len(failed), median(failLat), median(rejected), len(rejected),
+			retries, ok := sample(e.metrics(), "shield_origin_retries_total", map[string]string{"origin": "demo"})
+			if !ok {
+				t.Error(`shield_origin_retries_total{origin="demo"} missing from /metrics`)
+			}
+			t.Logf("%s: breaker opened after %d failures (median %v each, %d origin requests incl. the cached key's fetch, %v retries so far); open 503s: median %v over %d; outage %v: %d client requests, %d origin requests (%d probes)",
+				tt.name, len(failed), median(failLat), s0.Total, retries, median(rejected), len(rejected),
 				loadEnd.Sub(loadStart).Round(time.Millisecond), len(rejected)+seenProbes, originReqs, seenProbes)
 
 			// Recovery.

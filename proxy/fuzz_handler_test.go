@@ -91,7 +91,6 @@ func FuzzHandler(f *testing.F) {
 			}
 		}
 		fuzzServe(p, plain)
-		t.Logf("DEBUG %d %s %.80q", plain.Response.StatusCode(), plain.Response.Header.Peek("Cache-Status"), plain.Response.Body())
 		fuzzCheck(t, o, plain)
 		got := plain.Response.Body()
 		if spoofable && bytes.Contains(bytes.ToLower(got), []byte(fuzzSpoof)) {
@@ -179,24 +178,24 @@ func fuzzCheck(t *testing.T, o *fuzzOrigin, ctx *fasthttp.RequestCtx) {
 	if json.Unmarshal(resp.Body(), &echo) != nil {
 		return // not the origin's answer (generated, HEAD, 304)
 	}
-	if echo.Auth != "" && echo.Auth != fuzzNorm(req.Header.Peek("Authorization")) {
+	if len(echo.Auth) > 0 && !bytes.Equal(echo.Auth, fuzzNorm(req.Header.Peek("Authorization"))) {
 		t.Fatalf("answer carries another request's Authorization %q\n%s", echo.Auth, what())
 	}
 	if !hit {
 		return
 	}
 	path := string(req.URI().PathOriginal())
-	if echo.Vary && echo.XV != fuzzNorm(req.Header.Peek("X-V")) {
+	if echo.Vary && !bytes.Equal(echo.XV, fuzzNorm(req.Header.Peek("X-V"))) {
 		t.Fatalf("a hit of a Vary: X-V resource echoes X-V %q, this request sent %q\n%s", echo.XV, req.Header.Peek("X-V"), what())
 	}
-	if strings.HasPrefix(path, "/t/") && echo.Tenant != fuzzNorm(req.Header.Peek("X-Tenant")) {
+	if strings.HasPrefix(path, "/t/") && !bytes.Equal(echo.Tenant, fuzzNorm(req.Header.Peek("X-Tenant"))) {
 		t.Fatalf("a hit on the tenant-scoped route echoes tenant %q, this request is %q\n%s", echo.Tenant, req.Header.Peek("X-Tenant"), what())
 	}
 }
 
 // fuzzNorm normalises a header value as the cache key does (OWS trimmed,
 // inner runs collapsed), and as net/http reads one.
-func fuzzNorm(v []byte) string { return string(cachekey.AppendValue(nil, v)) }
+func fuzzNorm(v []byte) []byte { return cachekey.AppendValue(nil, v) }
 
 // fuzzRoutable is a loose, independent model of the route table: the host
 // is example.com in any case, optionally with a trailing dot, optionally
@@ -219,10 +218,10 @@ type fuzzEcho struct {
 	XFP    string `json:"xfp"`
 	XFF    string `json:"xff"`
 	Fwd    string `json:"fwd"`
-	Auth   string `json:"auth"`
-	XV     string `json:"xv"`
+	Auth   []byte `json:"auth"` // []byte: exact bytes, even invalid UTF-8
+	XV     []byte `json:"xv"`
 	Vary   bool   `json:"vary"`
-	Tenant string `json:"tenant"`
+	Tenant []byte `json:"tenant"`
 	Method string `json:"method"`
 	URI    string `json:"uri"`
 }
@@ -293,7 +292,8 @@ func (o *fuzzOrigin) unroutedHost() (string, bool) {
 }
 
 // fuzzConfig routes example.com only: /t/ is tenant-scoped, the rest is
-// shared. Tenants come from X-Tenant; no class is ever rate limited here.
+// shared. Tenants come from X-Tenant; only the class "tiny" is ever
+// rate limited (one request, then 429s), so that rejections are fuzzed too.
 const fuzzConfig = `
 listen: 127.0.0.1:0
 admin: {listen: "off"}
@@ -314,6 +314,7 @@ tenants:
   default: {rate: 1000000000, burst: 1000000000, max_concurrency: 1000}
   classes:
     acme: {rate: 1000000000, burst: 1000000000, max_concurrency: 1000}
+    tiny: {rate: 0.001, burst: 1, max_concurrency: 1}
 `
 
 func newFuzzProxy(t testing.TB, originAddr string) *Proxy {

@@ -63,6 +63,14 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 		p.generated(ctx, fasthttp.StatusBadRequest, "request target must be a path")
 		return
 	}
+	// Host must be host[:port]: anything else (userinfo, paths) is read
+	// differently by routing and by the HTTP client, which could send
+	// the request to a host no route allows.
+	if !validHost(h.Host()) {
+		p.g.badRequests.Inc()
+		p.generated(ctx, fasthttp.StatusBadRequest, "invalid Host")
+		return
+	}
 	r := rt.table.Match(h.Host(), ctx.Request.URI().PathOriginal())
 	if r == nil {
 		p.g.unrouted.Inc()
@@ -144,6 +152,7 @@ func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reas
 	setRetryAfter(resp, retryAfter)
 	resp.Header.SetContentType("application/json")
 	resp.Header.SetBytesKV(hCacheControl, noStore)
+	resp.Header.SetBytesKV(hCacheStatus, csRejected)
 	var buf [256]byte
 	b := append(buf[:0], `{"error":"too many requests","tenant":"`...)
 	b = append(b, t.Name()...)
@@ -155,7 +164,60 @@ func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reas
 	resp.SetBody(b)
 }
 
-var noStore = []byte("no-store")
+var (
+	noStore    = []byte("no-store")
+	csRejected = []byte("shield; fwd=bypass; detail=rejected")
+)
+
+// validHost reports whether h is a reg-name, IPv4 or bracketed IPv6
+// literal with an optional numeric port (RFC 9110 §7.2, RFC 3986 §3.2.2),
+// without allocating. An empty Host is allowed (HTTP/1.0); it matches
+// only "*" routes.
+func validHost(h []byte) bool {
+	if len(h) > 0 && h[0] == '[' {
+		end := bytes.IndexByte(h, ']')
+		if end < 0 {
+			return false
+		}
+		for _, c := range h[1:end] {
+			if !(c == ':' || c == '.' || ('0' <= c && c <= '9') || ('a' <= c|0x20 && c|0x20 <= 'f')) {
+				return false
+			}
+		}
+		h = h[end+1:]
+		if len(h) == 0 {
+			return true
+		}
+		if h[0] != ':' {
+			return false
+		}
+		return digitsOnly(h[1:])
+	}
+	if i := bytes.IndexByte(h, ':'); i >= 0 {
+		if !digitsOnly(h[i+1:]) {
+			return false
+		}
+		h = h[:i]
+	}
+	for _, c := range h {
+		if !(c == '-' || c == '.' || c == '_' || ('0' <= c && c <= '9') || ('a' <= c|0x20 && c|0x20 <= 'z')) {
+			return false
+		}
+	}
+	return true
+}
+
+func digitsOnly(b []byte) bool {
+	if len(b) > 5 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
 

@@ -17,8 +17,9 @@ import (
 //   - Forwarded and X-Forwarded-*, which shield sets itself
 //     (X-Forwarded-For = the client address, X-Forwarded-Proto,
 //     X-Forwarded-Host), so clients cannot spoof them;
-//   - on a cache fetch, the client's conditional fields: shield fetches
-//     a full response to store and answers the client's conditional itself.
+//   - on a cache fetch, the client's conditional fields (shield fetches
+//     a full response to store and answers the client's conditional
+//     itself) and URL/method rewrite fields (see rewriteHeaders).
 //
 // Via gains "1.1 shield".
 var conditionalHeaders = [][]byte{
@@ -50,7 +51,7 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fr
 		case bytes.EqualFold(k, hVia):
 			via = append(append(via, v...), ", "...)
 			continue
-		case forCache && isConditional(k):
+		case forCache && (isConditional(k) || isRewriteHeader(k)):
 			continue
 		}
 		req.Header.AddBytesKV(k, v)
@@ -80,6 +81,25 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fr
 	if !forCache {
 		req.SetBody(src.Body())
 	}
+}
+
+// rewriteHeaders are fields some origin frameworks honour to change the
+// URL or method they serve. They are not part of the cache key, so on a
+// cache fetch they would let one client store an answer for another URL
+// or method under this key (cache poisoning): dropped on cache fetches,
+// forwarded on pass-through requests, whose answers are never stored.
+var rewriteHeaders = [][]byte{
+	[]byte("X-Original-Url"), []byte("X-Rewrite-Url"),
+	[]byte("X-Http-Method-Override"), []byte("X-Http-Method"), []byte("X-Method-Override"),
+}
+
+func isRewriteHeader(k []byte) bool {
+	for _, c := range rewriteHeaders {
+		if bytes.EqualFold(k, c) {
+			return true
+		}
+	}
+	return false
 }
 
 func isConditional(k []byte) bool {

@@ -9,6 +9,12 @@
 //	client warm -url U -keys 10000 -c 32
 //	    GETs U with "%d" replaced by 0..keys-1 (c at a time), failing on
 //	    any status but 200: fills a cache before a many-keys hit run.
+//	client classify -url U -keys 2000 -metrics M -local L -forwarded F
+//	    GETs U for each key number, one at a time, through a cluster's
+//	    edge node and reads the edge's shield_requests_total{cache="peer"}
+//	    (M is its admin /metrics) after each: the request path goes to
+//	    file F when the counter moved (another node owns the key), else
+//	    to L. The files feed bench/keys.lua (BENCH_PATHS).
 //
 // Connections are dialled before the release so that the figure measures
 // the proxy's collapsing, not 200 TCP handshakes racing the first fetch.
@@ -32,7 +38,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: client collapse|warm [flags]")
+		fmt.Fprintln(os.Stderr, "usage: client collapse|warm|classify [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -41,6 +47,8 @@ func main() {
 		err = collapse(os.Args[2:])
 	case "warm":
 		err = warm(os.Args[2:])
+	case "classify":
+		err = classify(os.Args[2:])
 	default:
 		err = fmt.Errorf("client: unknown command %q", os.Args[1])
 	}
@@ -215,4 +223,75 @@ func get(hc *http.Client, u string) error {
 		return fmt.Errorf("client: warm %s: status %d", u, resp.StatusCode)
 	}
 	return nil
+}
+
+func classify(args []string) error {
+	fs := flag.NewFlagSet("classify", flag.ContinueOnError)
+	pattern := fs.String("url", "", `edge URL with one "%d" for the key number`)
+	keys := fs.Int("keys", 2000, "number of keys to try")
+	metricsURL := fs.String("metrics", "", "the edge's admin /metrics URL")
+	localFile := fs.String("local", "", "file for the paths the edge owns")
+	fwdFile := fs.String("forwarded", "", "file for the paths another node owns")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if strings.Count(*pattern, "%d") != 1 || *metricsURL == "" || *localFile == "" || *fwdFile == "" {
+		return errors.New(`client: classify needs -url with one "%d", -metrics, -local and -forwarded`)
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	prev, err := peerCount(hc, *metricsURL)
+	if err != nil {
+		return err
+	}
+	var local, fwd strings.Builder
+	for i := range *keys {
+		u := fmt.Sprintf(*pattern, i)
+		if err := get(hc, u); err != nil {
+			return err
+		}
+		n, err := peerCount(hc, *metricsURL)
+		if err != nil {
+			return err
+		}
+		pu, _ := url.Parse(u)
+		if n != prev {
+			fmt.Fprintln(&fwd, pu.RequestURI())
+		} else {
+			fmt.Fprintln(&local, pu.RequestURI())
+		}
+		prev = n
+	}
+	if err := os.WriteFile(*localFile, []byte(local.String()), 0o644); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if err := os.WriteFile(*fwdFile, []byte(fwd.String()), 0o644); err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	return nil
+}
+
+// peerCount sums the edge's requests answered by another node.
+func peerCount(hc *http.Client, metricsURL string) (float64, error) {
+	resp, err := hc.Get(metricsURL)
+	if err != nil {
+		return 0, fmt.Errorf("client: metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "shield_requests_total{") || !strings.Contains(line, `cache="peer"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
+			return 0, fmt.Errorf("client: metrics line %q: %w", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("client: metrics: %w", err)
+	}
+	return sum, nil
 }

@@ -136,6 +136,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		// every hit would allocate (proxy BenchmarkHitPooledBody).
 		ReduceMemoryUsage: false,
 		Logger:            slogPrinter{logger},
+		ErrorHandler:      requestError,
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -222,9 +223,39 @@ func reloadFile(path string, p *proxy.Proxy, logger *slog.Logger) error {
 	return nil
 }
 
-// slogPrinter adapts fasthttp's Logger to slog.
+// requestError answers requests fasthttp could not parse: 413 for a body
+// over server.max_body_size, 431 for headers over max_header_size, 400
+// otherwise — never reaching the origin.
+func requestError(ctx *fasthttp.RequestCtx, err error) {
+	status, msg := fasthttp.StatusBadRequest, "bad request\n"
+	var small *fasthttp.ErrSmallBuffer
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large\n"
+	case errors.As(err, &small):
+		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, "request header too large\n"
+	}
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Status", "shield; fwd=bypass; detail=bad-request")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetConnectionClose()
+	ctx.SetBodyString(msg)
+}
+
+// slogPrinter adapts fasthttp's Logger to slog. fasthttp's messages about
+// malformed requests quote the raw request (cookies, credentials), so
+// they go to debug level, truncated.
 type slogPrinter struct{ l *slog.Logger }
 
 func (s slogPrinter) Printf(format string, args ...any) {
-	s.l.Warn(fmt.Sprintf(format, args...), "component", "http")
+	if !s.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	s.l.Debug(msg, "component", "http")
 }

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench/profile.sh: a CPU profile of shield's hit path under wrk load.
+# Starts the bench origin and bench/profile (the proxy served as
+# cmd/shield serves it, plus net/http/pprof), warms one object, runs wrk
+# -t2 -c64 against it and takes a SECONDS-long CPU profile in the middle.
+# Writes bench/results/tmp/<name>.pprof and prints `go tool pprof -top`.
+#
+# Usage: bench/profile.sh [hit1k|hit100k|keys10k]   (default hit1k)
+# Env: SECONDS_PROFILED (10), PORT_BASE (19300), TOP (35).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-hit1k} secs=${SECONDS_PROFILED:-10} base=${PORT_BASE:-19300}
+origin_port=$base shield_port=$((base + 1)) pprof_port=$((base + 2))
+command -v wrk >/dev/null || { echo "wrk missing: run make bench-peers once (it installs it)"; exit 1; }
+go build -o bin/bench-origin ./bench/origin
+go build -o bin/bench-client ./bench/client
+go build -o bin/bench-profile ./bench/profile
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+	trap - EXIT INT TERM
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cat >"$tmp/shield.yaml" <<YAML
+listen: 127.0.0.1:$shield_port
+admin: { listen: off }
+log: { level: warn }
+cache: { size: 256MiB, max_object_size: 1MiB }
+origins:
+  bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s }
+routes:
+  - name: bench
+    hosts: ["*"]
+    path_prefix: /
+    origin: bench
+    cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
+YAML
+bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" & pids+=($!)
+bin/bench-profile -config "$tmp/shield.yaml" -pprof 127.0.0.1:$pprof_port 2>"$tmp/shield.log" & pids+=($!)
+for u in "http://127.0.0.1:$origin_port/__origin/stats" "http://127.0.0.1:$pprof_port/debug/pprof/"; do
+	for _ in $(seq 100); do curl -fs -m 1 -o /dev/null "$u" && break; sleep 0.1; done
+done
+
+url=http://127.0.0.1:$shield_port
+wrkargs=(-t2 -c64 -d$((secs + 4))s --latency)
+case $what in
+hit1k) path="/obj/1k?size=1024"; curl -fsS -o /dev/null "$url$path" ;;
+hit100k) path="/obj/100k?size=102400"; curl -fsS -o /dev/null "$url$path" ;;
+keys10k)
+	path=/
+	bin/bench-client warm -url "$url/k/%d?size=1024" -keys 10000 -c 32
+	wrkargs+=(-s bench/keys.lua)
+	;;
+*) echo "usage: $0 [hit1k|hit100k|keys10k]"; exit 2 ;;
+esac
+
+mkdir -p bench/results/tmp
+out=bench/results/tmp/$what.pprof
+wrk "${wrkargs[@]}" "$url$path" >"$tmp/wrk.out" &
+wrkpid=$!
+pids+=($wrkpid)
+sleep 2
+curl -fsS -m $((secs + 10)) -o "$out" "http://127.0.0.1:$pprof_port/debug/pprof/profile?seconds=$secs"
+wait $wrkpid || true
+grep -E 'Requests/sec|99%' "$tmp/wrk.out"
+echo "profile: $out (go tool pprof -http=: bin/bench-profile $out)"
+go tool pprof -top -nodecount="${TOP:-35}" bin/bench-profile "$out" 2>/dev/null
