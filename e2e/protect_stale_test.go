@@ -197,7 +197,14 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	wantForwarded(t, "first GET", orig)
 
 	start := time.Now()
-	trigger := e.awaitExpiry(u, 4*time.Second)
+	freshPolls := 0
+	trigger := e.pollUntil(u, 20*time.Millisecond, 4*time.Second, "the entry to go stale", func(r result) bool {
+		if classify(r) == kindFresh {
+			freshPolls++
+			return false
+		}
+		return true
+	})
 	wantStale(t, "first stale GET", trigger, "stale-while-revalidate")
 	waveStart := time.Now()
 	wave := e.concurrent(clients, http.MethodGet, u)
@@ -252,6 +259,7 @@ func TestStaleWhileRevalidate(t *testing.T) {
 		t.Errorf(`shield_revalidations_total{origin="demo",result="modified"} = %v, want 1 (the refresh)`, n)
 	}
 	if t.Failed() {
+		t.Logf("client saw: %d fresh before the trigger, %d stale, then %v", freshPolls, stales, after)
 		t.Logf("metrics:\n%s", metricLines(m, "shield_revalidations_total", "shield_stale_served_total", "shield_requests_total"))
 	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -19,7 +20,9 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 		switch string(ctx.Path()) {
 		case "/metrics":
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
-			p.g.set.WritePrometheus(ctx)
+			var buf bytes.Buffer
+			p.g.set.WritePrometheus(&buf)
+			writeFamilies(ctx, buf.Bytes())
 			metrics.WriteProcessMetrics(ctx)
 		case "/purge":
 			p.adminPurge(ctx)

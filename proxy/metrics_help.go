@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"strings"
+)
+
+// The metrics library writes samples only; Prometheus tooling (promtool
+// check metrics) wants each family's samples together, under one # HELP
+// and one # TYPE line. writeFamilies regroups a scrape and adds them from
+// this table; a test checks every exported family is in it.
+var metricHelp = map[string][2]string{
+	// family: {type, help}
+	"shield_requests_total":                   {"counter", "Requests answered, by route and how the cache answered (hit, miss, collapsed, revalidated, stale, bypass, pass, error, rejected, peer)."},
+	"shield_request_duration_seconds":         {"histogram", "Time from reading a request to handing the response to the server, by route."},
+	"shield_stale_served_total":               {"counter", "Stale copies served, by route and reason (stale-while-revalidate or the failure they stood in for)."},
+	"shield_cache_stored_total":               {"counter", "Responses stored in the cache, by route."},
+	"shield_unrouted_requests_total":          {"counter", "Requests whose Host and path matched no route (answered 404)."},
+	"shield_bad_requests_total":               {"counter", "Requests refused as malformed (bad target or Host)."},
+	"shield_cache_corrupt_entries_total":      {"counter", "Cache entries that failed to decode or belonged to another key; treated as misses."},
+	"shield_coalesced_waiters_total":          {"counter", "Requests that waited on another request's origin fetch."},
+	"shield_coalesced_wait_timeouts_total":    {"counter", "Waiters that gave up at their own deadline."},
+	"shield_coalesced_overflow_total":         {"counter", "Requests beyond cache.max_waiters that fetched on their own."},
+	"shield_coalesced_waiters":                {"gauge", "Requests waiting on an origin fetch now."},
+	"shield_cache_hit_for_miss_total":         {"counter", "Hit-for-miss records written (keys whose answer could not be shared)."},
+	"shield_cache_not_stored_total":           {"counter", "Origin answers not stored (private, Set-Cookie, no-store, ...)."},
+	"shield_cache_invalidations_total":        {"counter", "URLs invalidated by successful unsafe requests."},
+	"shield_origin_streamed_responses_total":  {"counter", "Origin answers above cache.max_object_size streamed through uncached."},
+	"shield_purges_total":                     {"counter", "Purges applied through the admin listener."},
+	"shield_config_reloads_total":             {"counter", "Successful configuration reloads."},
+	"shield_config_reload_failures_total":     {"counter", "Rejected configuration reloads (the running configuration stayed)."},
+	"shield_cache_entries":                    {"gauge", "Entries in the cache (fastcache)."},
+	"shield_cache_bytes":                      {"gauge", "Bytes used by the cache."},
+	"shield_cache_max_bytes":                  {"gauge", "Cache capacity in bytes."},
+	"shield_cache_gets_total":                 {"counter", "Cache lookups."},
+	"shield_cache_sets_total":                 {"counter", "Cache writes."},
+	"shield_cache_misses_total":               {"counter", "Cache lookups that found nothing."},
+	"shield_cache_collisions_total":           {"counter", "Cache hash collisions (fastcache)."},
+	"shield_cache_corruptions_total":          {"counter", "Corrupted cache chunks detected by fastcache."},
+	"shield_cache_big_gets_total":             {"counter", "Lookups of entries larger than 64 KiB."},
+	"shield_cache_big_sets_total":             {"counter", "Writes of entries larger than 64 KiB."},
+	"shield_origin_fetches_total":             {"counter", "Origin fetches, by origin and outcome (ok, not_modified, http_5xx, timeout, error)."},
+	"shield_origin_fetch_duration_seconds":    {"histogram", "Origin fetch latency to the response head, by origin."},
+	"shield_origin_in_flight":                 {"gauge", "Origin fetches in flight, by origin."},
+	"shield_origin_budget_rejections_total":   {"counter", "Origin fetches refused by the origin budget, by origin and reason (concurrency, rate, origin_share)."},
+	"shield_origin_retries_total":             {"counter", "Origin fetches retried after a connection error, by origin."},
+	"shield_revalidations_total":              {"counter", "Conditional revalidations, by origin and result (not_modified, modified)."},
+	"shield_origin_budget_limit":              {"gauge", "Effective origin concurrency limit (slow start applied), by origin."},
+	"shield_origin_budget_in_flight":          {"gauge", "Origin fetches holding a budget slot, by origin."},
+	"shield_breaker_state":                    {"gauge", "Origin circuit breaker state: 0 closed, 1 half-open, 2 open."},
+	"shield_breaker_transitions_total":        {"counter", "Breaker state changes, by origin and destination state."},
+	"shield_breaker_rejections_total":         {"counter", "Origin calls the breaker refused, by origin."},
+	"shield_admission_admitted_total":         {"counter", "Requests admitted, by tenant class."},
+	"shield_admission_rejected_total":         {"counter", "Requests refused, by tenant class and reason (rate, concurrency, origin_share)."},
+	"shield_tenant_in_flight":                 {"gauge", "Admitted requests in flight, by tenant class."},
+	"shield_peer_forbidden_total":             {"counter", "Peer-listener requests refused (secret or address)."},
+	"shield_peer_misdirected_total":           {"counter", "Peer-listener requests answered 421 (generation mismatch)."},
+	"shield_cluster_generation_changes_total": {"counter", "Peer set changes seen."},
+	"shield_cluster_peers":                    {"gauge", "Nodes in the current peer set."},
+	"shield_cluster_generation":               {"gauge", "Current peer set generation (top 53 bits of the 64-bit value)."},
+	"shield_consul_reachable":                 {"gauge", "1 when the membership source (Consul) answers, else 0."},
+	"shield_peer_requests_total":              {"counter", "Requests forwarded to owners, by peer and outcome (ok, error, misdirected, forbidden, skipped)."},
+	"shield_peer_read_through_total":          {"counter", "Previous-owner read-throughs inside the overlap window, by outcome."},
+	"shield_near_copies_stored_total":         {"counter", "Near copies of hot keys stored at this edge."},
+	"shield_near_copy_hits_total":             {"counter", "Requests answered from a near copy without forwarding."},
+	"shield_handoff_entries_sent_total":       {"counter", "Entries handed to new owners on a graceful leave."},
+	"shield_handoff_entries_received_total":   {"counter", "Entries received from leaving nodes."},
+}
+
+// family returns the metric family of a sample name.
+func family(name string) string {
+	for _, suf := range [...]string{"_bucket", "_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, suf); ok {
+			if m, known := metricHelp[base]; known && m[0] == "histogram" {
+				return base
+			}
+		}
+	}
+	return name
+}
+
+// writeFamilies copies the samples in src to w grouped by family, each
+// group under its # HELP and # TYPE lines.
+func writeFamilies(w io.Writer, src []byte) {
+	groups := map[string][]string{}
+	var order []string
+	sc := bufio.NewScanner(bytes.NewReader(src))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name := line
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name = line[:i]
+		}
+		fam := family(name)
+		if _, seen := groups[fam]; !seen {
+			order = append(order, fam)
+		}
+		groups[fam] = append(groups[fam], line)
+	}
+	bw := bufio.NewWriter(w)
+	for _, fam := range order {
+		if m, ok := metricHelp[fam]; ok {
+			bw.WriteString("# HELP " + fam + " " + m[1] + "\n# TYPE " + fam + " " + m[0] + "\n")
+		}
+		for _, l := range groups[fam] {
+			bw.WriteString(l)
+			bw.WriteByte('\n')
+		}
+	}
+	bw.Flush()
+}

@@ -1,0 +1,55 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestMetricHelpComplete: every family a proxy with traffic exports has
+// HELP and TYPE text, each family appears once, in one group.
+func TestMetricHelpComplete(t *testing.T) {
+	o := newTestOrigin(t, cacheable("x"))
+	p := newTestProxy(t, o.addr(), nil)
+	serve(p, get(t, "/a"))
+	serve(p, get(t, "/a"))
+	var raw bytes.Buffer
+	p.g.set.WritePrometheus(&raw)
+	var out bytes.Buffer
+	writeFamilies(&out, raw.Bytes())
+	types := map[string]int{}
+	lastFamily, closed := "", map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if fam, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			fam = strings.Fields(fam)[0]
+			types[fam]++
+			if closed[fam] {
+				t.Errorf("family %s appears in two groups", fam)
+			}
+			if lastFamily != "" {
+				closed[lastFamily] = true
+			}
+			lastFamily = fam
+			continue
+		}
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:strings.IndexAny(line, "{ ")]
+		fam := family(name)
+		if _, ok := metricHelp[fam]; !ok {
+			t.Errorf("metric %s (family %s) has no HELP/TYPE entry in metricHelp", name, fam)
+		}
+		if fam != lastFamily {
+			t.Errorf("sample %s outside its family group (current group %s)", name, lastFamily)
+		}
+	}
+	for fam, n := range types {
+		if n != 1 {
+			t.Errorf("family %s has %d TYPE lines", fam, n)
+		}
+	}
+	if types["shield_requests_total"] != 1 || types["shield_request_duration_seconds"] != 1 {
+		t.Fatalf("expected families missing: %v", types)
+	}
+}
