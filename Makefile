@@ -37,7 +37,7 @@ test-unit:
 	$(GO) test -count=1 -run 'Allocs' ./...
 
 test-e2e: build consul
-	CONSUL_BIN=$(CONSUL) $(GO) test -count=1 -timeout 10m ./e2e/
+	CONSUL_BIN=$(CONSUL) $(GO) test -count=1 -timeout 15m ./deploy/ ./e2e/
 
 ## fuzz-short: every fuzz target for a few seconds (part of make test).
 fuzz-short:

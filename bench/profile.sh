@@ -5,7 +5,10 @@
 # -t2 -c64 against it and takes a SECONDS-long CPU profile in the middle.
 # Writes bench/results/tmp/<name>.pprof and prints `go tool pprof -top`.
 #
-# Usage: bench/profile.sh [hit1k|hit100k|keys10k]   (default hit1k)
+# Usage: bench/profile.sh [hit1k|hit100k|keys10k|fwd]   (default hit1k)
+# fwd: three static cluster nodes (bench/profile is the edge n1, two plain
+# shields the others); wrk cycles ~500 keys owned by n2/n3, each far below
+# hot_key_rate, so every request is forwarded: the edge's forwarding cost.
 # Env: SECONDS_PROFILED (10), PORT_BASE (19300), TOP (35).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,9 +30,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-cat >"$tmp/shield.yaml" <<YAML
-listen: 127.0.0.1:$shield_port
-admin: { listen: off }
+shield_yaml() { # listen admin [cluster yaml]
+	cat <<YAML
+listen: $1
+admin: { listen: $2 }
 log: { level: warn }
 cache: { size: 256MiB, max_object_size: 1MiB }
 origins:
@@ -40,12 +44,36 @@ routes:
     path_prefix: /
     origin: bench
     cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
+${3:-}
 YAML
+}
+node_yaml() { # i
+	local peers="" j
+	for j in 1 2 3; do peers+="    - { id: n$j, addr: 127.0.0.1:$((base + 20 + j)) }"$'\n'; done
+	shield_yaml 127.0.0.1:$((base + 10 + $1)) 127.0.0.1:$((base + 15 + $1)) "cluster:
+  node_id: n$1
+  listen: 127.0.0.1:$((base + 20 + $1))
+  secret: bench-secret-not-for-production
+  membership: static
+  peers:
+$peers"
+}
+wait_http() { for _ in $(seq 100); do curl -s -m 1 -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not up: $1"; exit 1; }
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" & pids+=($!)
+if [ "$what" = fwd ]; then
+	node_yaml 1 >"$tmp/shield.yaml"
+	shield_port=$((base + 11))
+	for i in 2 3; do
+		node_yaml $i >"$tmp/node$i.yaml"
+		bin/shield -config "$tmp/node$i.yaml" 2>"$tmp/node$i.log" & pids+=($!)
+	done
+else
+	shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$((base + 3)) >"$tmp/shield.yaml"
+fi
 bin/bench-profile -config "$tmp/shield.yaml" -pprof 127.0.0.1:$pprof_port 2>"$tmp/shield.log" & pids+=($!)
-for u in "http://127.0.0.1:$origin_port/__origin/stats" "http://127.0.0.1:$pprof_port/debug/pprof/"; do
-	for _ in $(seq 100); do curl -fs -m 1 -o /dev/null "$u" && break; sleep 0.1; done
-done
+wait_http "http://127.0.0.1:$origin_port/__origin/stats"
+wait_http "http://127.0.0.1:$pprof_port/debug/pprof/"
+[ "$what" = fwd ] && for i in 2 3; do wait_http "http://127.0.0.1:$((base + 15 + i))/readyz"; done
 
 url=http://127.0.0.1:$shield_port
 wrkargs=(-t2 -c64 -d$((secs + 4))s --latency)
@@ -57,7 +85,15 @@ keys10k)
 	bin/bench-client warm -url "$url/k/%d?size=1024" -keys 10000 -c 32
 	wrkargs+=(-s bench/keys.lua)
 	;;
-*) echo "usage: $0 [hit1k|hit100k|keys10k]"; exit 2 ;;
+fwd)
+	path=/
+	bin/bench-client classify -url "$url/c/%d?size=1024" -keys 1500 \
+		-metrics "http://127.0.0.1:$((base + 16))/metrics" -local "$tmp/local.paths" -forwarded "$tmp/fwd.paths"
+	head -n 500 "$tmp/fwd.paths" >"$tmp/fwdN.paths"
+	export BENCH_PATHS=$tmp/fwdN.paths
+	wrkargs+=(-s bench/keys.lua)
+	;;
+*) echo "usage: $0 [hit1k|hit100k|keys10k|fwd]"; exit 2 ;;
 esac
 
 mkdir -p bench/results/tmp

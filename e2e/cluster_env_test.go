@@ -40,6 +40,9 @@ type clusterNodeConfig struct {
 	NodeID, Listen, Admin, Peer string
 	Origin, Consul, Service     string
 	Secret                      string
+	// Set by newClusterEnv options; "" keeps the harness default.
+	Overlap      string // cluster.overlap, default 2s
+	HotKeyMaxAge string // cluster.hot_key_max_age, default shield's
 }
 
 // The secret is written literally: a ${VAR} would need an environment
@@ -59,7 +62,10 @@ cluster:
   node_id: {{.NodeID}}
   listen: {{.Peer}}
   secret: {{printf "%q" .Secret}}
-  overlap: 2s
+  overlap: {{or .Overlap "2s"}}
+{{- with .HotKeyMaxAge}}
+  hot_key_max_age: {{.}}
+{{- end}}
   membership: consul
   consul: { address: {{.Consul}}, service: {{.Service}}, check_interval: 1s }
 `))
@@ -79,18 +85,20 @@ type clusterEnv struct {
 	e      *env // the origin side of the harness: stats, client
 	consul *consulAgent
 	nodes  []*clusterNode // every node started, in start order
+	opts   []func(*clusterNodeConfig)
 }
 
 // newClusterEnv starts an origin, a Consul agent and n shields (n1..nN),
-// and waits until every node routes by the same, complete peer set.
-func newClusterEnv(t *testing.T, n int) *clusterEnv {
+// and waits until every node routes by the same, complete peer set. opts
+// adjust every node's config, including nodes added later.
+func newClusterEnv(t *testing.T, n int, opts ...func(*clusterNodeConfig)) *clusterEnv {
 	t.Helper()
 	consul := startConsul(t)
 	e := &env{t: t, originAddr: freeAddr(t), client: newClient()}
 	t.Cleanup(e.client.CloseIdleConnections)
 	e.origin = startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", e.originAddr)
 	e.origin.waitReady(t, "http://"+e.originAddr+"/__origin/stats")
-	ce := &clusterEnv{t: t, e: e, consul: consul}
+	ce := &clusterEnv{t: t, e: e, consul: consul, opts: opts}
 	for range n {
 		ce.addNode()
 	}
@@ -120,6 +128,9 @@ func (ce *clusterEnv) addNode() *clusterNode {
 		Consul:  ce.consul.addr,
 		Service: "shield-" + strings.ReplaceAll(t.Name(), "/", "-"),
 		Secret:  clusterSecret,
+	}
+	for _, o := range ce.opts {
+		o(&cfg)
 	}
 	var sb strings.Builder
 	if err := clusterTemplate.Execute(&sb, cfg); err != nil {

@@ -17,9 +17,9 @@ func TestBreakerOpen(t *testing.T) {
 	t.Parallel()
 	const (
 		failures = 3
-		openFor  = 2 * time.Second
+		openFor  = 3 * time.Second // ≥ 2s more than the cached key's max-age=1, so its check sees the breaker open
 		probes   = 1
-		outage   = 5 * time.Second // steady load while the origin stays down
+		outage   = 6 * time.Second // steady load while the origin stays down
 		workers  = 4
 		pace     = 10 * time.Millisecond // per worker
 	)

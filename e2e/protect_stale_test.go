@@ -191,8 +191,8 @@ func TestStaleWhileRevalidate(t *testing.T) {
 	const clients = 100
 	// The refresh is slow so the clients can be seen not to wait for it;
 	// max-age exceeds the delay because RFC 9111 ages a response by its
-	// response delay: a 1.5s fetch of max-age=4 is fresh for 2.5s.
-	u := target("/swr", "cc", "max-age=4, stale-while-revalidate=30", "delay", "1500")
+	// response delay: a 3s fetch of max-age=5 is fresh for 2s.
+	u := target("/swr", "cc", "max-age=5, stale-while-revalidate=30", "delay", "3000")
 	orig := e.get(u)
 	wantForwarded(t, "first GET", orig)
 
@@ -217,14 +217,14 @@ func TestStaleWhileRevalidate(t *testing.T) {
 			t.Fatalf("client %d body %q, want the stored body %q", i, r.body, orig.body)
 		}
 	}
-	// The refresh takes 1.5s at the origin: had the clients waited for
+	// The refresh takes 3s at the origin: had the clients waited for
 	// it, it would be over by now. (On a loaded machine it may not even
 	// have arrived yet.)
 	if n := s.ByPath["/swr"]; n > 2 || n == 2 && s.InFlight == 0 {
 		t.Errorf("after the wave the origin saw %d requests for /swr with %d in flight; want ≤ 2 (fetch + one refresh), the refresh not finished (nobody waited for it)",
 			n, s.InFlight)
 	}
-	t.Logf("swr: stale after %v; %d clients answered in %v while the 1.5s refresh ran",
+	t.Logf("swr: stale after %v; %d clients answered in %v while the 3s refresh ran",
 		waveStart.Sub(start).Round(time.Millisecond), clients, waveTime.Round(time.Millisecond))
 
 	e.awaitOrigin("the refresh to finish", func(s originStats) bool { return s.ByPath["/swr"] >= 2 && s.InFlight == 0 })

@@ -134,13 +134,15 @@ func (o *origin) control(ctx *fasthttp.RequestCtx, what string) {
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:19000", "address to listen on (host:port)")
+	timeouts := flag.Bool("timeouts", false, "set shield's default read/write/idle timeouts (10s/30s/60s): "+
+		"fasthttp then sets connection deadlines on every request, a cost the bare ceiling otherwise skips")
 	flag.Parse()
-	if err := run(*listen); err != nil {
+	if err := run(*listen, *timeouts); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(listen string) error {
+func run(listen string, timeouts bool) error {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("origin: listen: %w", err)
@@ -151,6 +153,9 @@ func run(listen string) error {
 		Name:                         "bench-origin",
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
+	}
+	if timeouts {
+		srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout = 10*time.Second, 30*time.Second, 60*time.Second
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)

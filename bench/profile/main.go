@@ -5,12 +5,17 @@
 //
 //	profile -config shield.yaml -pprof 127.0.0.1:16060
 //
-// It has no admin listener, no cluster, no signals beyond SIGTERM/SIGINT:
-// a single node's request path is what it is for. Keep its server options
-// in step with cmd/shield/main.go, or the profile stops describing shield.
+// The admin listener serves /metrics (the bench reads counters from it);
+// there are no signals beyond SIGTERM/SIGINT. A
+// `cluster:` block with static membership is honoured (peer listener
+// included) so the forwarded-hit path can be profiled on an edge node;
+// Consul membership is not. Keep its server options and cluster wiring in
+// step with cmd/shield (main.go, cluster.go), or the profile stops
+// describing shield.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -20,11 +25,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy"
+	"github.com/shield-proxy/shield/routing"
 )
 
 func main() {
@@ -46,6 +53,11 @@ func run(cfgPath, pprofAddr string) error {
 	p, err := proxy.New(cfg, logger)
 	if err != nil {
 		return fmt.Errorf("profile: %w", err)
+	}
+	if cfg.Cluster != nil {
+		if err := joinStatic(cfg, p, logger); err != nil {
+			return err
+		}
 	}
 	p.SetReady(true)
 	srv := &fasthttp.Server{
@@ -69,6 +81,13 @@ func run(cfgPath, pprofAddr string) error {
 		return fmt.Errorf("profile: listen pprof: %w", err)
 	}
 	go func() { _ = http.Serve(pln, nil) }()
+	if cfg.Admin.Listen != "off" {
+		aln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			return fmt.Errorf("profile: listen admin: %w", err)
+		}
+		go func() { _ = fasthttp.Serve(aln, p.AdminHandler()) }()
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 	go func() {
@@ -79,4 +98,49 @@ func run(cfgPath, pprofAddr string) error {
 		return fmt.Errorf("profile: serve: %w", err)
 	}
 	return p.Close()
+}
+
+// joinStatic joins p to a static cluster and serves its peer listener, as
+// cmd/shield's startCluster does for static membership.
+func joinStatic(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger) error {
+	cc := cfg.Cluster
+	if cc.Membership != "static" {
+		return fmt.Errorf("profile: only static membership is supported, not %q", cc.Membership)
+	}
+	m := routing.NewMembership(routing.Peer{ID: cc.NodeID, Addr: cc.Advertise, Weight: cc.Weight}, cc.Overlap, logger)
+	peers := make([]routing.Peer, 0, len(cc.Peers))
+	for _, pc := range cc.Peers {
+		peers = append(peers, routing.Peer{ID: pc.ID, Addr: pc.Addr, Weight: pc.Weight})
+	}
+	src, err := routing.NewStatic(peers, m, time.Now())
+	if err != nil {
+		return fmt.Errorf("profile: cluster: %w", err)
+	}
+	p.SetCluster(m, src, proxy.ClusterOptions{
+		Secret:       cc.Secret,
+		PeerTimeout:  cc.PeerTimeout,
+		HotKeyRate:   cc.HotKeyRate,
+		HotKeyMaxAge: cc.HotKeyMaxAge,
+		HandoffKeys:  cc.HandoffKeys,
+	})
+	ln, err := net.Listen("tcp", cc.Listen)
+	if err != nil {
+		return fmt.Errorf("profile: listen peer: %w", err)
+	}
+	peer := &fasthttp.Server{
+		Handler:               p.PeerHandler(),
+		ReadTimeout:           cfg.Server.ReadTimeout,
+		WriteTimeout:          cfg.Server.WriteTimeout,
+		IdleTimeout:           cfg.Server.IdleTimeout,
+		ReadBufferSize:        int(cfg.Server.MaxHeaderSize),
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+	}
+	go func() { _ = peer.Serve(ln) }()
+	go func() {
+		if err := src.Run(context.Background()); err != nil {
+			logger.Error("membership stopped", "err", err)
+		}
+	}()
+	return nil
 }

@@ -15,6 +15,8 @@ type stats struct {
 	InFlight    int64            `json:"in_flight"`
 	MaxInFlight int64            `json:"max_in_flight"`
 	Mode        string           `json:"mode"`
+	// Faults are the path-scoped fault modes, by path prefix.
+	Faults map[string]string `json:"faults,omitempty"`
 }
 
 // serveControl answers the /__origin/ endpoints.
@@ -33,16 +35,26 @@ func (o *origin) serveControl(w http.ResponseWriter, r *http.Request) {
 		if !allow(w, r, http.MethodPost) {
 			return
 		}
-		mode := r.URL.Query().Get("mode")
-		switch mode {
-		case modeOK, modeError, modeHang, modeReset, modeSlow, modeThrottle:
-		default:
+		q := r.URL.Query()
+		mode := q.Get("mode")
+		if !validMode(mode) {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("demo-origin: unknown fault mode %q", mode)})
 			return
 		}
-		o.setMode(mode)
-		o.logger.Info("fault mode set", "mode", mode)
-		writeJSON(w, http.StatusOK, map[string]string{"mode": mode})
+		prefix, scoped := q["prefix"]
+		if !scoped {
+			o.setMode(mode)
+			o.logger.Info("fault mode set", "mode", mode)
+			writeJSON(w, http.StatusOK, map[string]string{"mode": mode})
+			return
+		}
+		if !strings.HasPrefix(prefix[0], "/") || strings.HasPrefix(prefix[0], controlPrefix) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("demo-origin: fault prefix %q must start with / and not be a control path", prefix[0])})
+			return
+		}
+		o.setPrefixMode(prefix[0], mode)
+		o.logger.Info("fault mode set", "mode", mode, "prefix", prefix[0])
+		writeJSON(w, http.StatusOK, map[string]string{"mode": mode, "prefix": prefix[0]})
 	case "bump":
 		if !allow(w, r, http.MethodPost) {
 			return
@@ -73,6 +85,12 @@ func (o *origin) snapshot() stats {
 	for p, n := range o.byPath {
 		s.ByPath[p] = n
 	}
+	if len(o.prefixModes) > 0 {
+		s.Faults = make(map[string]string, len(o.prefixModes))
+		for p, m := range o.prefixModes {
+			s.Faults[p] = m
+		}
+	}
 	return s
 }
 
@@ -90,6 +108,18 @@ func (o *origin) setMode(mode string) {
 	o.mu.Lock()
 	o.mode = mode
 	o.mu.Unlock()
+}
+
+// setPrefixMode sets the fault mode of the paths under prefix; mode ok
+// removes the prefix's own fault, so the global mode applies again.
+func (o *origin) setPrefixMode(prefix, mode string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if mode == modeOK {
+		delete(o.prefixModes, prefix)
+		return
+	}
+	o.prefixModes[prefix] = mode
 }
 
 // bump gives path a new ETag version and a Last-Modified strictly later

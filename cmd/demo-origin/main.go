@@ -38,7 +38,11 @@
 //
 //	GET  /__origin/stats               counters, in-flight gauge and fault mode
 //	POST /__origin/reset               zero the counters
-//	POST /__origin/fault?mode=M        ok | error | hang | reset | slow | throttle
+//	POST /__origin/fault?mode=M        ok | error | hang | reset | slow | throttle | garbage | huge
+//	POST /__origin/fault?mode=M&prefix=/p/
+//	                                   the same, only for paths starting with /p/ (the
+//	                                   longest such prefix wins over the global mode;
+//	                                   mode=ok removes the prefix's fault)
 //	POST /__origin/bump?path=/x        new ETag version and Last-Modified for /x
 //
 // On SIGTERM or SIGINT the server stops accepting, ends hanging and

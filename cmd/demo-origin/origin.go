@@ -23,7 +23,23 @@ const (
 	// origin shedding load does; shield may serve stale on it only when
 	// the route says so (stale_on_429).
 	modeThrottle = "throttle"
+	// modeGarbage answers bytes that are not HTTP and closes: a broken
+	// backend or a wrong service on the port.
+	modeGarbage = "garbage"
+	// modeHuge announces a Content-Length far beyond any sane
+	// max_object_size and streams a body that never ends in practice: a
+	// proxy that buffers whole responses runs out of memory on it.
+	modeHuge = "huge"
 )
+
+// validMode reports whether mode is one POST /__origin/fault accepts.
+func validMode(mode string) bool {
+	switch mode {
+	case modeOK, modeError, modeHang, modeReset, modeSlow, modeThrottle, modeGarbage, modeHuge:
+		return true
+	}
+	return false
+}
 
 // origin is the demo origin's handler and all of its state.
 type origin struct {
@@ -35,6 +51,7 @@ type origin struct {
 
 	mu          sync.Mutex // guards every field below
 	mode        string
+	prefixModes map[string]string // path prefix → fault mode, over mode
 	total       int64
 	notModified int64
 	byPath      map[string]int64
@@ -46,13 +63,14 @@ type origin struct {
 
 func newOrigin(logger *slog.Logger, now time.Time) *origin {
 	return &origin{
-		logger:  logger,
-		started: now.UTC().Truncate(time.Second),
-		stopped: make(chan struct{}),
-		mode:    modeOK,
-		byPath:  make(map[string]int64),
-		bumps:   make(map[string]int64),
-		lastMod: make(map[string]time.Time),
+		logger:      logger,
+		started:     now.UTC().Truncate(time.Second),
+		stopped:     make(chan struct{}),
+		mode:        modeOK,
+		prefixModes: make(map[string]string),
+		byPath:      make(map[string]int64),
+		bumps:       make(map[string]int64),
+		lastMod:     make(map[string]time.Time),
 	}
 }
 
@@ -78,13 +96,18 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case modeThrottle:
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "fault mode throttle"})
+	case modeGarbage:
+		o.garbage(w)
+	case modeHuge:
+		o.huge(w, r)
 	default:
 		o.serveResource(w, r, n, mode == modeSlow)
 	}
 }
 
 // arrive counts a request for path and returns its per-path number and
-// the fault mode in force when it arrived.
+// the fault mode in force for path when it arrived: that of the longest
+// prefix with a fault of its own, else the global mode.
 func (o *origin) arrive(path string) (n int64, mode string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -92,7 +115,13 @@ func (o *origin) arrive(path string) (n int64, mode string) {
 	o.byPath[path]++
 	o.inFlight++
 	o.maxInFlight = max(o.maxInFlight, o.inFlight)
-	return o.byPath[path], o.mode
+	mode, longest := o.mode, -1
+	for prefix, m := range o.prefixModes {
+		if len(prefix) > longest && strings.HasPrefix(path, prefix) {
+			mode, longest = m, len(prefix)
+		}
+	}
+	return o.byPath[path], mode
 }
 
 func (o *origin) leave() {
