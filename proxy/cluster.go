@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"crypto/subtle"
 	"net"
 	"net/url"
@@ -84,6 +85,7 @@ type ClusterOptions struct {
 	HotKeyRate   float64       // 0: no near copies
 	HotKeyMaxAge time.Duration // near copy lifetime cap
 	HandoffKeys  int           // hottest entries pushed on leave
+	MaxBody      int           // largest forwarded answer read (cache.max_object_size plus slack)
 }
 
 // peerTable is rebuilt whenever membership changes.
@@ -155,7 +157,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		for _, peer := range v.Current.Peers() {
 			pc := clients[peer.ID+"@"+peer.Addr]
 			if pc == nil {
-				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
+				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout, opts.MaxBody), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
 				}
@@ -174,7 +176,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 	p.cluster.Store(c)
 }
 
-func newPeerClient(addr string, timeout time.Duration) *fasthttp.HostClient {
+func newPeerClient(addr string, timeout time.Duration, maxBody int) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:                      addr,
 		Name:                      "shield-peer",
@@ -182,9 +184,12 @@ func newPeerClient(addr string, timeout time.Duration) *fasthttp.HostClient {
 		ReadTimeout:               timeout,
 		WriteTimeout:              timeout,
 		MaxIdemponentCallAttempts: 1,
-		StreamResponseBody:        true,
-		DisablePathNormalizing:    true,
-		NoDefaultUserAgentHeader:  true,
+		// Owners answer from memory: bodies are read whole (bounded by
+		// MaxResponseBodySize; a larger one makes the edge serve the
+		// request itself) and handed to the client without a copy.
+		MaxResponseBodySize:      maxBody,
+		DisablePathNormalizing:   true,
+		NoDefaultUserAgentHeader: true,
 		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) {
 			// A dead owner must cost little: fall back fast.
 			return fasthttp.DialTimeout(addr, 250*time.Millisecond)
@@ -226,7 +231,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	reqTime := time.Now()
 	err = pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
 	outcome := breaker.Success
-	if err != nil {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		outcome = breaker.Ignored // a large object, served locally; the peer is fine
+	} else if err != nil {
 		outcome = breaker.Failure
 	} else if s := resp.StatusCode(); s == fasthttp.StatusMisdirectedRequest || s == fasthttp.StatusForbidden {
 		outcome = breaker.Ignored
@@ -259,12 +266,10 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	}
 	out := &ctx.Response
 	relayPeerHead(out, resp, pc.id)
-	if r := resp.BodyStream(); r != nil {
-		out.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())
-	} else {
-		out.SetBody(resp.Body())
-		fasthttp.ReleaseResponse(resp)
-	}
+	// Hand the body buffer over instead of copying it.
+	old := out.SwapBody(resp.SwapBody(nil))
+	resp.SwapBody(old)
+	fasthttp.ReleaseResponse(resp)
 	return resPeer, true
 }
 

@@ -16,15 +16,9 @@ import (
 // (too large, not storable): the caller then relays it as usual.
 func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, sc *scratch, req *fasthttp.Request, resp *fasthttp.Response, reqTime time.Time) bool {
 	rt := p.rt.Load()
-	if cl := resp.Header.ContentLength(); cl < 0 || cl > rt.maxObject {
+	body := resp.Body()
+	if len(body) > rt.maxObject {
 		return false
-	}
-	body, complete, err := readBody(resp, rt.maxObject)
-	if err != nil || !complete {
-		// The stream was consumed: the owner's answer cannot be relayed.
-		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "peer answer unreadable", "shield; fwd=peer; detail=error")
-		fasthttp.ReleaseResponse(resp)
-		return true
 	}
 	now := time.Now()
 	rte := p.routeByName(rt, ctx)

@@ -347,11 +347,11 @@ const (
 // and returns b (the buffer) holding the entry e was decoded from.
 func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry) ([]byte, lookupResult) {
 	sc.vkey = sc.vkey[:0]
-	b = p.store.get(b, sc.key)
+	b, verified := p.store.getVerified(b, sc.key)
 	if len(b) == 0 {
 		return b, lkMiss
 	}
-	if !p.decode(b, sc.key, e) {
+	if !p.decode(b, sc.key, e, verified) {
 		p.store.del(sc.key)
 		return b, lkMiss
 	}
@@ -359,11 +359,11 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		marker := *e // fields only; slices are not used after the next get
 		markerAt := e.storedAt
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
-		b = p.store.get(b, sc.vkey)
+		b, verified = p.store.getVerified(b, sc.vkey)
 		if len(b) == 0 {
 			return b, lkVaryMiss
 		}
-		if !p.decode(b, sc.vkey, e) {
+		if !p.decode(b, sc.vkey, e, verified) {
 			p.store.del(sc.vkey)
 			return b, lkVaryMiss
 		}
@@ -389,8 +389,8 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 
 // decode parses b and checks it was stored under key; anything else is
 // counted and treated as a miss.
-func (p *Proxy) decode(b, key []byte, e *entry) bool {
-	if err := decodeEntry(b, e); err != nil || e.keyDigest != cachekey.Digest(key) {
+func (p *Proxy) decode(b, key []byte, e *entry, verified bool) bool {
+	if err := decodeEntryCheck(b, e, !verified); err != nil || e.keyDigest != cachekey.Digest(key) {
 		p.g.corrupt.Inc()
 		return false
 	}

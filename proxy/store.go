@@ -66,15 +66,23 @@ func openCache(path string, maxBytes int, logger *slog.Logger) *store {
 // get appends the entry stored under k to dst[:0] and returns it, or
 // returns an empty slice (with dst's capacity) when there is none.
 func (s *store) get(dst, k []byte) []byte {
-	v := s.c.Get(dst[:0], k)
+	v, _ := s.getVerified(dst, k)
+	return v
+}
+
+// getVerified is get, and reports whether fastcache verified the value's
+// hash (entries above 64 KiB, read with GetBig).
+func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
+	v = s.c.Get(dst[:0], k)
 	if len(v) == bigMetaLen {
 		if binary.BigEndian.Uint64(v[8:]) > s.maxEntry {
 			s.c.Del(k)
-			return v[:0]
+			return v[:0], false
 		}
 		v = s.c.GetBig(v[:0], k)
+		return v, len(v) > 0
 	}
-	return v
+	return v, false
 }
 
 // set stores v under k; fastcache copies both.

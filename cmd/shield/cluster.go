@@ -66,6 +66,7 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 		HotKeyRate:   cc.HotKeyRate,
 		HotKeyMaxAge: cc.HotKeyMaxAge,
 		HandoffKeys:  cc.HandoffKeys,
+		MaxBody:      int(cfg.Cache.MaxObjectSize) + 1<<20,
 	})
 
 	ln, err := net.Listen("tcp", cc.Listen)
