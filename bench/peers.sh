@@ -12,9 +12,12 @@
 #     the same 200 requests sent to the origin itself;
 #   - stale-if-error: an object past its max-age while the origin answers
 #     503 to everything: does the stored copy come back?
-#   - the cluster figure: three shield nodes, static membership; on one
-#     edge node, a hit on a key it owns against a hit on a key another node
-#     owns (forwarded edge -> owner), interleaved.
+#   - the cluster figure: three shield nodes, static membership, wrk on
+#     one edge node, interleaved: a hit on one key the edge owns, one hot
+#     key another node owns (near copies take over above hot_key_rate),
+#     and ~500 keys on each side cycled by keys.lua: local hits against
+#     forwarded hits (edge -> owner), each key far below hot_key_rate.
+#     Keys are sorted by owner from the edge's cache="peer" counter.
 #
 # Every hit run checks that the origin saw no request meanwhile, so a row
 # cannot silently measure misses. It installs wrk, varnish and nginx from
@@ -23,10 +26,10 @@
 # killed by PID on exit, failure or interrupt.
 #
 # Env: ROUNDS (3), DURATION (5s), CONNS (64), THREADS (2), KEYS (10000),
-# PORT_BASE (19100: uses PORT_BASE..PORT_BASE+29), CLUSTER (1; 0 skips it).
+# PORT_BASE (19100: uses PORT_BASE..PORT_BASE+29), CLUSTER (1; 0 skips it),
+# CLUSTER_KEYS (1500 keys sorted by owner), MAX_SECONDS (1200: watchdog).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
 rounds=${ROUNDS:-3} duration=${DURATION:-5s} conns=${CONNS:-64} threads=${THREADS:-2}
 keys=${KEYS:-10000} base=${PORT_BASE:-19100} with_cluster=${CLUSTER:-1}
 origin_port=$base shield_port=$((base + 1)) shield_admin=$((base + 2))
@@ -57,10 +60,12 @@ install_missing() {
 	# a temporary policy-rc.d forbids it, unless one is already there.
 	local policy=/usr/sbin/policy-rc.d made=0
 	if [ ! -e $policy ]; then printf '#!/bin/sh\nexit 101\n' >$policy; chmod +x $policy; made=1; fi
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	local ok=1
+	apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null ||
+		ok=0
 	[ $made -eq 1 ] && rm -f $policy
-	return 0
+	[ $ok -eq 1 ] || die "apt-get install ${need[*]} failed"
 }
 install_missing
 [ -x bin/shield ] || die "bin/shield missing: run make build (make bench-peers does)"

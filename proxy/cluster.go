@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"bytes"
-	"errors"
 	"crypto/subtle"
+	"errors"
 	"net"
 	"net/url"
 	"strconv"
