@@ -28,13 +28,16 @@ const faultReadLimit = 256 << 10
 // faultGet is doHTTP for GET with Host host (none: the URL's), reading at
 // most faultReadLimit bytes of the body: a longer body is closed unread
 // (no error); a shorter one must arrive whole.
-func faultGet(c *http.Client, host, url string) (result, error) {
+func faultGet(c *http.Client, host, url, tenant string) (result, error) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return result{}, err
 	}
 	if host != "" {
 		req.Host = host
+	}
+	if tenant != "" {
+		req.Header.Set(faultTenantHeader, tenant)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -47,6 +50,11 @@ func faultGet(c *http.Client, host, url string) (result, error) {
 	}
 	return result{status: resp.StatusCode, header: resp.Header, body: body}, nil
 }
+
+// faultTenantHeader carries the tenant of a request; paths asked with a
+// tenant carry vary=<it>, so the origin's body echoes the tenant and a
+// foreign tenant's answer is told apart.
+const faultTenantHeader = "X-Tenant-ID"
 
 // faultMaxLost bounds how many lost answers a tally keeps verbatim.
 const faultMaxLost = 20
@@ -74,10 +82,11 @@ type faultTally struct {
 
 func newFaultTally(name string) *faultTally { return &faultTally{name: name} }
 
-// add records the answer to GET path (query excluded from the check);
-// stored says the key had a stored copy inside stale-if-error.
-func (f *faultTally) add(what, path string, stored bool, r result, err error, took time.Duration) {
-	verdict := faultVerdict(path, r, err)
+// add records the answer to GET path (query excluded from the check) for
+// tenant ("" = none); stored says the key had a stored copy inside
+// stale-if-error.
+func (f *faultTally) add(what, path, tenant string, stored bool, r result, err error, took time.Duration) {
+	verdict := faultVerdict(path, tenant, r, err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sent++
@@ -103,17 +112,17 @@ func (f *faultTally) add(what, path string, stored bool, r result, err error, to
 		}
 		f.storedFiveXX++
 		verdict = fmt.Sprintf("%d although a stored copy existed (%s)", r.status, r.header.Get("Cache-Status"))
-	case "wrong body":
+	case "wrong body", "another tenant's body":
 		f.wrongBd++
 	}
 	f.lost++
 	if len(f.why) < faultMaxLost {
-		f.why = append(f.why, fmt.Sprintf("%s %s: %s: %v %v", what, path, verdict, r, err))
+		f.why = append(f.why, fmt.Sprintf("%s %s tenant %q: %s: %v %v", what, path, tenant, verdict, r, err))
 	}
 }
 
 // faultVerdict classifies one answer; see faultTally.
-func faultVerdict(path string, r result, err error) string {
+func faultVerdict(path, tenant string, r result, err error) string {
 	switch {
 	case err != nil:
 		return "no answer"
@@ -123,6 +132,8 @@ func faultVerdict(path string, r result, err error) string {
 		return fmt.Sprintf("status %d", r.status)
 	case !faultBodyNames(path, r.body):
 		return "wrong body"
+	case tenant != "" && !faultBodyTenant(tenant, r.body):
+		return "another tenant's body"
 	}
 	cs := r.header.Get("Cache-Status")
 	if strings.Contains(cs, "hit") && strings.Contains(cs, "fwd=stale") {
@@ -141,6 +152,13 @@ func faultBodyNames(path string, body []byte) bool {
 	}
 	var res resource
 	return json.Unmarshal(body, &res) == nil && res.Path == path
+}
+
+// faultBodyTenant reports whether body echoes tenant as its
+// X-Tenant-ID.
+func faultBodyTenant(tenant string, body []byte) bool {
+	var res resource
+	return json.Unmarshal(body, &res) == nil && res.Vary[faultTenantHeader] == tenant
 }
 
 func jsonString(s string) string {
@@ -200,9 +218,10 @@ type faultLoad struct {
 // faultTarget is where one request goes: a base URL (http://addr), the
 // request target, and whether the key had a stored copy.
 type faultTarget struct {
-	node   string // for the log
+	node   string // for the log and waitIdle
 	base   string
 	path   string
+	tenant string // "" = no tenant header
 	stored bool
 }
 
@@ -234,8 +253,8 @@ func startFaultLoad(t *testing.T, c *http.Client, workers int, tally *faultTally
 				}
 				tally := l.tally.Load() // the phase the request was sent in
 				start := time.Now()
-				r, err := faultGet(c, clusterHost, tg.base+tg.path)
-				tally.add(tg.node, tg.path, tg.stored, r, err, time.Since(start))
+				r, err := faultGet(c, clusterHost, tg.base+tg.path, tg.tenant)
+				tally.add(tg.node, tg.path, tg.tenant, tg.stored, r, err, time.Since(start))
 				l.counter(tg.node).Add(-1)
 			}
 		})

@@ -84,9 +84,9 @@ func TestFaultOrigin(t *testing.T) {
 						for range concurrent {
 							wg.Go(func() {
 								start := time.Now()
-								r, err := faultGet(e.client, "", "http://"+e.cfg.Listen+p)
-								tally.add("shield", p, set.stored, r, err, time.Since(start))
-								v := faultVerdict(p, r, err)
+								r, err := faultGet(e.client, "", "http://"+e.cfg.Listen+p, "")
+								tally.add("shield", p, "", set.stored, r, err, time.Since(start))
+								v := faultVerdict(p, "", r, err)
 								mu.Lock()
 								defer mu.Unlock()
 								if v != set.want {

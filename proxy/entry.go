@@ -30,7 +30,8 @@ import (
 // marker was written is ignored, so deleting or rewriting the marker
 // invalidates every variant at once. A hit-for-miss record (kindHitForMiss)
 // says the key's last response could not be shared; its lifetime is how
-// long requests skip the coalescing queue.
+// long requests skip the coalescing queue. A near copy (kindNearCopy) is
+// a response kept by a node that does not own the key (hot keys).
 //
 // Anything that does not parse exactly — short buffer, wrong magic,
 // unknown version, bad checksum, lengths that disagree — is errCorrupt,
@@ -49,6 +50,9 @@ const (
 	kindResponse entryKind = iota + 1
 	kindVary
 	kindHitForMiss
+	// kindNearCopy is a response a non-owner keeps for a hot key; only
+	// near copies answer at an edge instead of forwarding to the owner.
+	kindNearCopy
 )
 
 var errCorrupt = errors.New("proxy: corrupt cache entry")
@@ -142,7 +146,7 @@ func decodeEntryCheck(b []byte, e *entry, checksum bool) error {
 	}
 	*e = entry{}
 	e.kind = entryKind(m[4])
-	if e.kind < kindResponse || e.kind > kindHitForMiss {
+	if e.kind < kindResponse || e.kind > kindNearCopy {
 		return errCorrupt
 	}
 	e.status = int(binary.LittleEndian.Uint16(m[5:7]))

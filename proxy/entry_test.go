@@ -213,7 +213,7 @@ func TestDecodeEntryRejects(t *testing.T) {
 		{"empty", func() []byte { return nil }},
 		{"footer only", func() []byte { return make([]byte, footerLen) }},
 		{"zero kind", func() []byte { return reseal(valid, 4, 0) }},
-		{"unknown kind", func() []byte { return reseal(valid, 4, byte(kindHitForMiss)+1) }},
+		{"unknown kind", func() []byte { return reseal(valid, 4, byte(kindNearCopy)+1) }},
 		{"unknown version", func() []byte { return reseal(valid, 3, entryVersion+1) }},
 		{"bad magic", func() []byte { return reseal(valid, 0, 'X') }},
 		{"header count too large", func() []byte {

@@ -26,7 +26,7 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, sc *scratch, 
 	if rte != nil {
 		if d := decide(hasAuth, resp, rte, reqTime, now); d.storable {
 			e := entry{
-				kind:       kindResponse,
+				kind:       kindNearCopy,
 				status:     resp.StatusCode(),
 				storedAt:   now.UnixNano(),
 				initialAge: int64(d.initialAge),

@@ -194,7 +194,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 	}
 	now := time.Now().UnixNano()
 	switch e.kind {
-	case kindResponse:
+	case kindResponse, kindNearCopy:
 		// Stale from now: lifetime = current age.
 		e.lifetime = min(e.lifetime, e.initialAge+(now-e.storedAt))
 	case kindVary:

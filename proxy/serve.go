@@ -269,7 +269,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	if forwardTo != nil {
 		// A fresh local copy (a near copy of a hot key) answers without
 		// the hop; anything else goes to the owner.
-		if lk == lkHit {
+		if lk == lkHit && e.kind == kindNearCopy {
 			age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
 			if stale.Classify(age, time.Duration(e.lifetime), 0, 0, &sc.cc) == stale.Fresh {
 				c.nearHits.Inc()

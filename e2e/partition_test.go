@@ -1,0 +1,262 @@
+package e2e
+
+// The partition test: three shields as separate hosts in network
+// namespaces (netns_env_test.go), each with its own Consul server agent,
+// one cluster; one node's cluster link is cut, then restored.
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/shield-proxy/shield/routing"
+)
+
+// Ports inside every node namespace: each namespace has its own network
+// stack, so fixed ports never clash.
+const (
+	netnsPublicPort = 8080
+	netnsAdminPort  = 9091
+	netnsPeerPort   = 7000
+	netnsConsulPort = 8500
+	netnsOriginPort = 9000
+)
+
+// Bounds of the partition test: a three-server Consul needs an election
+// at start, a few seconds of failed probes before it calls a cut-off node
+// failed, and after a heal Serf retries failed members every 30s.
+const (
+	netnsStartup  = 60 * time.Second
+	netnsDetect   = 60 * time.Second
+	netnsHeal     = 90 * time.Second
+	netnsNodes    = 3
+	netnsKeys     = 12
+	netnsRequests = 150 // per phase, at least
+)
+
+var netnsTenants = []string{"acme", "globex"}
+
+var netnsConfig = template.Must(template.New("shield-netns.yaml").Parse(`listen: {{.SvcIP}}:{{.PublicPort}}
+admin: { listen: {{.SvcIP}}:{{.AdminPort}} }
+server: { drain_timeout: 6s }
+cache: { size: 32MiB, max_object_size: 1MiB }
+origins:
+  demo: { servers: [{{.Origin}}], timeout: 2s, max_concurrency: 64 }
+routes:
+  - { name: scoped, hosts: ["*"], path_prefix: /, origin: demo, cache: { tenant_scoped: true } }
+tenants:
+  identify: { header: X-Tenant-ID }
+  default: { rate: 100000, burst: 100000, max_concurrency: 1000 }
+  classes:
+    acme:   { rate: 100000, burst: 100000, max_concurrency: 1000 }
+    globex: { rate: 100000, burst: 100000, max_concurrency: 1000 }
+cluster:
+  node_id: {{.ID}}
+  listen: {{.ClusterIP}}:{{.PeerPort}}
+  secret: {{printf "%q" .Secret}}
+  overlap: 2s
+  peer_timeout: 1s
+  membership: consul
+  consul: { address: 127.0.0.1:{{.ConsulPort}}, service: shield, check_interval: 1s }
+`))
+
+// netnsNode is one shield host of the partition test.
+type netnsNode struct {
+	*netnsHost
+	id     string
+	consul *process
+	shield *process
+}
+
+func (n *netnsNode) base() string  { return "http://" + n.svcIP + ":" + strconv.Itoa(netnsPublicPort) }
+func (n *netnsNode) admin() string { return "http://" + n.svcIP + ":" + strconv.Itoa(netnsAdminPort) }
+func (n *netnsNode) peer() string  { return n.clusterIP + ":" + strconv.Itoa(netnsPeerPort) }
+
+// TestPartition: with node n3's cluster link cut, n1 and n2 converge on
+// each other and n3 serves on alone; requests to all three keep being
+// answered 200, each with its own path's and tenant's body; after the
+// heal all three converge on the full set again.
+func TestPartition(t *testing.T) {
+	t.Parallel()
+	lab := newNetnsLab(t)
+	consulBin := consulBinary(t)
+	shieldBin, originBin := binPath(t, "shield"), binPath(t, "demo-origin")
+
+	originAddr := lab.svcNet + ".254:" + strconv.Itoa(netnsOriginPort)
+	origin := lab.start("demo-origin", lab.switchNS, originBin, "-listen", originAddr)
+	lab.waitReady(origin, "http://"+originAddr+"/__origin/stats", startTimeout)
+
+	nodes := make([]*netnsNode, netnsNodes)
+	for i := range nodes {
+		h := lab.addHost(i + 1)
+		nodes[i] = &netnsNode{netnsHost: h, id: "n" + strconv.Itoa(h.k)}
+	}
+	for _, n := range nodes {
+		n.consul = lab.startConsulServer(consulBin, n, nodes)
+	}
+	for _, n := range nodes {
+		lab.waitConsulLeader(n)
+	}
+	for _, n := range nodes {
+		var sb strings.Builder
+		if err := netnsConfig.Execute(&sb, map[string]any{
+			"ID": n.id, "SvcIP": n.svcIP, "ClusterIP": n.clusterIP, "Origin": originAddr, "Secret": clusterSecret,
+			"PublicPort": netnsPublicPort, "AdminPort": netnsAdminPort, "PeerPort": netnsPeerPort, "ConsulPort": netnsConsulPort,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := writeFile(t, n.id+".yaml", sb.String())
+		n.shield = lab.start("shield "+n.id, n.ns, shieldBin, "-config", cfg)
+	}
+	for _, n := range nodes {
+		lab.waitReady(n.shield, n.admin()+"/readyz", startTimeout)
+	}
+	took := lab.waitConverged("initial membership", netnsStartup, nodes, nodes)
+	t.Logf("netns lab %s: service net %s.0/24, cluster net %s.0/24; 3 Consul servers and 3 shields converged in %v",
+		lab.id, lab.svcNet, netnsClusterNet, took.Round(time.Millisecond))
+
+	paths := keyPaths("part", netnsKeys, "cc", faultCC, "vary", faultTenantHeader)
+	var targets []faultTarget
+	for _, p := range paths {
+		for _, tenant := range netnsTenants {
+			for _, n := range nodes {
+				targets = append(targets, faultTarget{node: n.id, base: n.base(), path: p, tenant: tenant, stored: true})
+			}
+		}
+	}
+	load := startFaultLoad(t, lab.client, 6, newFaultTally("before"), targets)
+	before := load.tally.Load()
+	load.waitSent(t, netnsRequests)
+
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	cut := load.phase(c.id + " cut off")
+	lab.setCluster(c.netnsHost, false)
+	detect := lab.waitConverged(a.id+", "+b.id+" without "+c.id, netnsDetect, []*netnsNode{a, b}, []*netnsNode{a, b})
+	load.waitSent(t, netnsRequests)
+	isolated := lab.view(c)
+
+	healing := load.phase("healed, converging")
+	lab.setCluster(c.netnsHost, true)
+	heal := lab.waitConverged("after the heal", netnsHeal, nodes, nodes)
+	after := load.phase("after")
+	load.waitSent(t, netnsRequests)
+	load.halt()
+
+	t.Log(faultTable(fmt.Sprintf("partition of %s (cluster link down): %s and %s converged on each other in %v, %s alone saw %s; "+
+		"after the heal all converged in %v:", c.id, a.id, b.id, detect.Round(time.Millisecond), c.id, isolated,
+		heal.Round(time.Millisecond)), before, cut, healing, after))
+	for _, f := range []*faultTally{before, cut, healing, after} {
+		f.check(t)
+		if f.fiveXX > 0 {
+			t.Errorf("%s: %d answers 5xx with the origin reachable from every node", f.name, f.fiveXX)
+		}
+	}
+	if cut.sent == 0 {
+		t.Errorf("no request was sent during the partition")
+	}
+}
+
+// startConsulServer starts n's Consul agent as one of three servers that
+// find each other over the cluster net. Its HTTP API listens on loopback
+// (for the shield beside it) and on the service net (for the test).
+func (l *netnsLab) startConsulServer(bin string, n *netnsNode, all []*netnsNode) *process {
+	l.t.Helper()
+	args := []string{"agent", "-server", "-bootstrap-expect", strconv.Itoa(len(all)),
+		"-node", n.id, "-bind", n.clusterIP, "-advertise", n.clusterIP,
+		"-client", "127.0.0.1 " + n.svcIP, "-http-port", strconv.Itoa(netnsConsulPort),
+		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
+		"-data-dir", l.t.TempDir(), "-disable-host-node-id", "-retry-interval", "1s",
+		"-log-level", "info"}
+	for _, o := range all {
+		if o != n {
+			args = append(args, "-retry-join", o.clusterIP)
+		}
+	}
+	return l.start("consul "+n.id, n.ns, bin, args...)
+}
+
+// waitConsulLeader polls n's agent until it names a raft leader.
+func (l *netnsLab) waitConsulLeader(n *netnsNode) {
+	l.t.Helper()
+	url := "http://" + n.svcIP + ":" + strconv.Itoa(netnsConsulPort) + "/v1/status/leader"
+	deadline := time.Now().Add(netnsStartup)
+	for {
+		r, err := doHTTP(l.client, http.MethodGet, url)
+		if err == nil && r.status == http.StatusOK {
+			if leader, err := strconv.Unquote(strings.TrimSpace(string(r.body))); err == nil && leader != "" {
+				return
+			}
+		}
+		if n.consul.exited() {
+			l.t.Fatalf("consul %s exited: %v", n.id, n.consul.cmd.ProcessState)
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("consul %s: no leader after %v (last: %v %v)", n.id, netnsStartup, r, err)
+		}
+		time.Sleep(clusterPollEvery)
+	}
+}
+
+// netnsGeneration is the generation gauge of the peer set of nodes.
+func netnsGeneration(t *testing.T, nodes []*netnsNode) float64 {
+	t.Helper()
+	peers := make([]routing.Peer, len(nodes))
+	for i, n := range nodes {
+		peers[i] = routing.Peer{ID: n.id, Addr: n.peer(), Weight: 1}
+	}
+	set, err := routing.NewPeerSet("", peers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return generationGauge(set.Generation())
+}
+
+// view is what n's /metrics says of its peer set.
+func (l *netnsLab) view(n *netnsNode) string {
+	l.t.Helper()
+	r, err := doHTTP(l.client, http.MethodGet, n.admin()+"/metrics")
+	if err != nil || r.status != http.StatusOK {
+		return fmt.Sprintf("%s: /metrics unreadable: %v %v", n.id, r, err)
+	}
+	m := promText(r.body)
+	peers, _ := m.value("shield_cluster_peers")
+	gen, _ := m.value("shield_cluster_generation")
+	reach, _ := m.value("shield_consul_reachable")
+	return fmt.Sprintf("%s: peers=%v generation=%v consul_reachable=%v", n.id, peers, gen, reach)
+}
+
+// waitConverged polls until every node of on reports exactly the set
+// want, and returns how long that took.
+func (l *netnsLab) waitConverged(what string, within time.Duration, on, want []*netnsNode) time.Duration {
+	l.t.Helper()
+	gen := netnsGeneration(l.t, want)
+	start := time.Now()
+	for {
+		var lagging []string
+		for _, n := range on {
+			r, err := doHTTP(l.client, http.MethodGet, n.admin()+"/metrics")
+			if err != nil || r.status != http.StatusOK {
+				lagging = append(lagging, fmt.Sprintf("%s: %v %v", n.id, r, err))
+				continue
+			}
+			m := promText(r.body)
+			peers, _ := m.value("shield_cluster_peers")
+			g, _ := m.value("shield_cluster_generation")
+			if peers != float64(len(want)) || g != gen {
+				lagging = append(lagging, fmt.Sprintf("%s: peers=%v generation=%v", n.id, peers, g))
+			}
+		}
+		if len(lagging) == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			l.t.Fatalf("%s: not converged after %v (want peers=%d generation=%v): %s",
+				what, within, len(want), gen, strings.Join(lagging, "; "))
+		}
+		time.Sleep(clusterPollEvery)
+	}
+}
