@@ -528,7 +528,3 @@ func (p *Proxy) generated(ctx *fasthttp.RequestCtx, status int, msg string) {
 	resp.SetBodyString(msg + "\n")
 }
 
-// hasToken reports whether a comma list contains tok.
-func hasToken(list []byte, tok string) bool { return listContains(list, []byte(tok)) }
-
-var _ = bytes.EqualFold
