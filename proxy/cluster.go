@@ -275,16 +275,12 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 
 // relayPeerHead copies an owner's answer head and appends this node's
 // Cache-Status member (RFC 9211 lists caches from the origin outwards):
-// "shield-edge; detail=peer-<owner>".
+// "shield-edge; detail=peer-<owner>". The owner is a shield node: its
+// answer has no hop-by-hop fields but its connection's own, so the head
+// is copied whole (cheaper than field by field) and that one is reset.
 func relayPeerHead(out, resp *fasthttp.Response, owner string) {
-	out.SetStatusCode(resp.StatusCode())
-	rconn := resp.Header.PeekBytes(hConnection)
-	for k, val := range resp.Header.All() {
-		if isHopByHop(k, rconn) || bytes.EqualFold(k, hContentLength) || isShieldHeader(k) {
-			continue
-		}
-		out.Header.AddBytesKV(k, val)
-	}
+	resp.Header.CopyTo(&out.Header)
+	out.Header.ResetConnectionClose()
 	out.Header.Add("Cache-Status", "shield-edge; detail=peer-"+owner)
 }
 

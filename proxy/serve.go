@@ -486,6 +486,11 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
 // writeEntryHeaders sets status and stored headers; for a 304 only the
 // fields RFC 9110 §15.4.5 lists.
 func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
+	// Stored names are already canonical (normalised when the origin's
+	// answer was parsed): skip normalising them again on every hit, then
+	// restore normal behaviour for whoever reads the header next.
+	resp.Header.DisableNormalizing()
+	defer resp.Header.EnableNormalizing()
 	resp.SetStatusCode(e.status)
 	it := e.headers()
 	for {
