@@ -532,4 +532,3 @@ func (p *Proxy) generated(ctx *fasthttp.RequestCtx, status int, msg string) {
 	resp.Header.Set("Cache-Control", "no-store")
 	resp.SetBodyString(msg + "\n")
 }
-
