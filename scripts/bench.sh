@@ -8,7 +8,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3} duration=${DURATION:-5s} conns=${CONNS:-64} threads=${THREADS:-2} size=${SIZE:-1024}
-origin_port=${ORIGIN_PORT:-19000} shield_port=${SHIELD_PORT:-18080} admin_port=${ADMIN_PORT:-19091}
+# free_port picks a random unused loopback port (bash's /dev/tcp: a port
+# that accepts a connection is taken).
+free_port() {
+	local p
+	for _ in $(seq 100); do
+		p=$((20000 + RANDOM % 20000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+	done
+	echo "no free port" >&2; exit 1
+}
+origin_port=${ORIGIN_PORT:-$(free_port)} shield_port=${SHIELD_PORT:-$(free_port)} admin_port=${ADMIN_PORT:-$(free_port)}
 
 if ! command -v wrk >/dev/null; then
 	echo "installing wrk"
