@@ -6,31 +6,51 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime"
 
 	"github.com/VictoriaMetrics/fastcache"
 )
 
-// bigMetaLen is the length of the value fastcache's SetBig stores under
-// the caller's key (value hash and length). Our own entries are always
-// longer (footer plus fixed meta), so a 16-byte value means "read with
-// GetBig".
-const bigMetaLen = 16
+// Entries larger than one fastcache chunk (key, value and a 4-byte
+// prefix must fit 64 KiB) are split by the store itself rather than with
+// fastcache's SetBig/GetBig, which hash the whole value on every read
+// (a quarter of a 100 KiB hit's CPU). Layout:
+//
+//	k                           → chunk meta: "SHC1" | nonce u64 | epoch u64 | total u32  (24 bytes)
+//	k | 0xff "SHC" | nonce | i  → the i-th piece of the value
+//
+// fastcache compares whole keys, so a read either gets exactly the bytes
+// written under a piece's key or misses; the random nonce of each write
+// keeps pieces of an older value from mixing with a newer meta; a missing
+// piece (evicted) makes the entry a miss. Our own entries are longer than
+// 24 bytes, so a 24-byte value starting with the magic is a meta.
+//
+// Integrity: values written by this process are trusted (verified=true:
+// the entry checksum is skipped); values loaded from a snapshot carry
+// another process's epoch and are verified by the entry checksum on read.
+const (
+	chunkMetaLen = 24
+	pieceSize    = 32<<10 - 64
+	pieceTag     = "\xffSHC"
+	// maxSmallKV is the largest key+value Set accepts: fastcache drops
+	// entries whose key, value and 4-byte length prefix exceed a chunk.
+	maxSmallKV = 64*1024 - 4 - 1
+)
 
-// maxSmallKV is the largest key+value Set accepts: fastcache silently
-// drops entries whose key, value and 4-byte length prefix do not fit one
-// 64 KiB chunk; those go through SetBig instead.
-const maxSmallKV = 64*1024 - 4 - 1
+var chunkMagic = [4]byte{'S', 'H', 'C', '1'}
 
 // store is the fastcache-backed entry store. fastcache has no TTL and
 // evicts by overwriting its oldest chunks; freshness lives in the entry.
 type store struct {
 	c *fastcache.Cache
-	// maxEntry bounds the length a SetBig metavalue may claim: larger
-	// claims come from a damaged snapshot and are misses, not an
-	// allocation of whatever size the bytes say.
+	// maxEntry bounds the length a chunk meta may claim: larger claims
+	// come from a damaged snapshot and are misses, not an allocation of
+	// whatever size the bytes say.
 	maxEntry uint64
+	// epoch identifies this process's writes (see above).
+	epoch uint64
 }
 
 // openStore loads the snapshot at path when there is one, else starts
@@ -42,6 +62,7 @@ func openStore(path string, maxBytes, maxObject int, logger *slog.Logger) *store
 	// largest body is generous for the rest (header blocks are bounded
 	// by max_response_header_size, far below).
 	s.maxEntry = uint64(maxObject) + 1<<20
+	s.epoch = rand.Uint64() | 1
 	return s
 }
 
@@ -70,19 +91,46 @@ func (s *store) get(dst, k []byte) []byte {
 	return v
 }
 
-// getVerified is get, and reports whether fastcache verified the value's
-// hash (entries above 64 KiB, read with GetBig).
+// getVerified is get, and reports whether the value is known intact
+// without checking its entry checksum (pieces this process wrote).
 func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
 	v = s.c.Get(dst[:0], k)
-	if len(v) == bigMetaLen {
-		if binary.BigEndian.Uint64(v[8:]) > s.maxEntry {
-			s.c.Del(k)
-			return v[:0], false
-		}
-		v = s.c.GetBig(v[:0], k)
-		return v, len(v) > 0
+	if len(v) != chunkMetaLen || [4]byte(v[:4]) != chunkMagic {
+		return v, false
 	}
-	return v, false
+	nonce := binary.LittleEndian.Uint64(v[4:])
+	epoch := binary.LittleEndian.Uint64(v[12:])
+	total := uint64(binary.LittleEndian.Uint32(v[20:]))
+	if total > s.maxEntry || total == 0 {
+		s.c.Del(k)
+		return v[:0], false
+	}
+	if uint64(cap(v)) < total {
+		v = make([]byte, 0, total)
+	}
+	v = v[:0]
+	var kb [512]byte
+	pk := appendPieceKey(kb[:0], k, nonce, 0)
+	idx := len(pk) - 4
+	for i := uint32(0); uint64(len(v)) < total; i++ {
+		binary.LittleEndian.PutUint32(pk[idx:], i)
+		n := len(v)
+		v = s.c.Get(v, pk)
+		if len(v) == n {
+			return v[:0], false // a piece was evicted: miss
+		}
+	}
+	if uint64(len(v)) != total {
+		return v[:0], false
+	}
+	return v, epoch == s.epoch
+}
+
+func appendPieceKey(dst, k []byte, nonce uint64, i uint32) []byte {
+	dst = append(dst, k...)
+	dst = append(dst, pieceTag...)
+	dst = binary.LittleEndian.AppendUint64(dst, nonce)
+	return binary.LittleEndian.AppendUint32(dst, i)
 }
 
 // set stores v under k; fastcache copies both.
@@ -91,7 +139,25 @@ func (s *store) set(k, v []byte) {
 		s.c.Set(k, v)
 		return
 	}
-	s.c.SetBig(k, v)
+	total := len(v)
+	nonce := rand.Uint64()
+	pk := appendPieceKey(nil, k, nonce, 0)
+	idx := len(pk) - 4
+	// 32 KiB pieces pack two to a fastcache chunk; near-64 KiB pieces
+	// (SetBig's) waste most of a chunk whenever one is partly filled.
+	piece := min(pieceSize, maxSmallKV-len(pk))
+	for i := 0; len(v) > 0; i++ {
+		n := min(piece, len(v))
+		binary.LittleEndian.PutUint32(pk[idx:], uint32(i))
+		s.c.Set(pk, v[:n])
+		v = v[n:]
+	}
+	var meta [chunkMetaLen]byte
+	copy(meta[:4], chunkMagic[:])
+	binary.LittleEndian.PutUint64(meta[4:], nonce)
+	binary.LittleEndian.PutUint64(meta[12:], s.epoch)
+	binary.LittleEndian.PutUint32(meta[20:], uint32(total))
+	s.c.Set(k, meta[:])
 }
 
 func (s *store) del(k []byte) { s.c.Del(k) }

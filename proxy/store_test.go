@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"bytes"
+	"log/slog"
+	"testing"
+)
+
+func newTestStore(t testing.TB) *store {
+	t.Helper()
+	return openStore("", 128<<20, 4<<20, slog.New(slog.DiscardHandler))
+}
+
+func TestStoreRoundTripSizes(t *testing.T) {
+	s := newTestStore(t)
+	for _, n := range []int{0, 1, 1000, maxSmallKV - 10, maxSmallKV, 64 << 10, 100 << 10, 300<<10 + 7, 2 << 20} {
+		key := []byte("key-" + itoa(n))
+		v := bytes.Repeat([]byte{byte(n), byte(n >> 8), 0x5a}, n/3+1)[:n]
+		s.set(key, v)
+		got, verified := s.getVerified(make([]byte, 0, 16), key)
+		if !bytes.Equal(got, v) {
+			t.Fatalf("size %d: got %d bytes back, want %d equal bytes", n, len(got), len(v))
+		}
+		if big := len(key)+n > maxSmallKV; verified != big {
+			t.Errorf("size %d: verified = %v, want %v (only pieces this process wrote are trusted)", n, verified, big)
+		}
+	}
+}
+
+func TestStoreMissingPieceIsMiss(t *testing.T) {
+	s := newTestStore(t)
+	key := []byte("big")
+	s.set(key, bytes.Repeat([]byte("x"), 200<<10))
+	meta := s.c.Get(nil, key)
+	if len(meta) != chunkMetaLen {
+		t.Fatalf("meta length %d", len(meta))
+	}
+	nonce := uint64(0)
+	for i := 0; i < 8; i++ {
+		nonce |= uint64(meta[4+i]) << (8 * i)
+	}
+	s.c.Del(appendPieceKey(nil, key, nonce, 1)) // evict the second piece
+	if got := s.get(nil, key); len(got) != 0 {
+		t.Fatalf("got %d bytes with a piece missing, want a miss", len(got))
+	}
+}
+
+func TestStoreOtherEpochIsUnverified(t *testing.T) {
+	s := newTestStore(t)
+	key := []byte("big")
+	v := bytes.Repeat([]byte("y"), 100<<10)
+	s.set(key, v)
+	s.epoch++ // as if the value had been loaded from another process's snapshot
+	got, verified := s.getVerified(nil, key)
+	if !bytes.Equal(got, v) || verified {
+		t.Fatalf("got %d bytes, verified=%v; want the value, unverified", len(got), verified)
+	}
+}
+
+func TestStoreLyingMetaIsMiss(t *testing.T) {
+	s := newTestStore(t)
+	key := []byte("k")
+	var meta [chunkMetaLen]byte
+	copy(meta[:], chunkMagic[:])
+	meta[20], meta[21], meta[22], meta[23] = 0xff, 0xff, 0xff, 0x7f // 2 GiB
+	s.c.Set(key, meta[:])
+	if got := s.get(nil, key); len(got) != 0 {
+		t.Fatalf("got %d bytes for a meta claiming 2 GiB", len(got))
+	}
+}
+
+func BenchmarkStoreGetBig(b *testing.B) {
+	s := newTestStore(b)
+	key := []byte("big")
+	v := bytes.Repeat([]byte("z"), 100<<10)
+	s.set(key, v)
+	dst := make([]byte, 0, 128<<10)
+	b.SetBytes(int64(len(v)))
+	b.ReportAllocs()
+	for b.Loop() {
+		dst, _ = s.getVerified(dst, key)
+		if len(dst) != len(v) {
+			b.Fatal("short read")
+		}
+	}
+}
