@@ -64,3 +64,10 @@ clean:
 .PHONY: bench-peers
 bench-peers: build
 	bench/peers.sh
+
+## soak: e2e TestSoak for SOAK_DURATION (default 10m): three shields under a
+## bounded load with a node restarted mid-run; RSS, goroutines and fds checked
+## (see scripts/soak.sh). `make test` runs the same test for 30s.
+.PHONY: soak
+soak: build consul
+	CONSUL_BIN=$(CONSUL) scripts/soak.sh

@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // faultReadLimit is how much of a body faultGet reads: every demo-origin
@@ -62,8 +65,9 @@ const faultMaxLost = 20
 // faultTally counts the answers of one phase of a fault test:
 //
 //   - ok: 200 with the right body, not a stale stand-in;
-//   - stale: 200 with the right body, served stale for a failure
-//     (Cache-Status "hit" and "fwd=stale");
+//   - stale: 200 with the right body from a stale stored copy
+//     (Cache-Status "hit" and "fwd=stale": standing in for a failed
+//     fetch, or served while it is revalidated);
 //   - 5xx: an error answer from shield (502, 503, 504);
 //   - lost: no answer (transport error, a body cut short), a wrong body
 //     (not naming the requested path), another status, or — for a key
@@ -75,8 +79,10 @@ type faultTally struct {
 	mu                                sync.Mutex // guards the fields below
 	sent, ok, stale, fiveXX, lost     int
 	storedSent, storedFiveXX, wrongBd int
-	why                               []string
+	why                               []string       // lost answers, the first faultMaxLost
+	fiveWhy                           []string       // 5xx answers for keys without a stored copy, likewise
 	staleWhy                          map[string]int // Cache-Status detail of stale answers
+	answered                          map[string]int // 200s (ok or stale) by the node asked
 	maxLatency                        time.Duration
 }
 
@@ -89,6 +95,12 @@ func (f *faultTally) add(what, path, tenant string, stored bool, r result, err e
 	verdict := faultVerdict(path, tenant, r, err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if verdict == "ok" || verdict == "stale" {
+		if f.answered == nil {
+			f.answered = map[string]int{}
+		}
+		f.answered[what]++
+	}
 	f.sent++
 	f.maxLatency = max(f.maxLatency, took)
 	if stored {
@@ -108,6 +120,9 @@ func (f *faultTally) add(what, path, tenant string, stored bool, r result, err e
 	case "5xx":
 		f.fiveXX++
 		if !stored {
+			if len(f.fiveWhy) < faultMaxLost {
+				f.fiveWhy = append(f.fiveWhy, fmt.Sprintf("%s %s tenant %q: %v", what, path, tenant, r))
+			}
 			return
 		}
 		f.storedFiveXX++
@@ -147,7 +162,7 @@ func faultVerdict(path, tenant string, r result, err error) string {
 // opens with the path too.
 func faultBodyNames(path string, body []byte) bool {
 	path, _, _ = strings.Cut(path, "?")
-	if prefix := `{"path":` + jsonString(path) + `,"huge":"`; bytes.HasPrefix(body, []byte(prefix)) {
+	if prefix := `{"path":` + faultJSONString(path) + `,"huge":"`; bytes.HasPrefix(body, []byte(prefix)) {
 		return true
 	}
 	var res resource
@@ -158,16 +173,17 @@ func faultBodyNames(path string, body []byte) bool {
 // X-Tenant-ID.
 func faultBodyTenant(tenant string, body []byte) bool {
 	var res resource
-	return json.Unmarshal(body, &res) == nil && res.Vary[faultTenantHeader] == tenant
+	return json.Unmarshal(body, &res) == nil && res.Vary[http.CanonicalHeaderKey(faultTenantHeader)] == tenant
 }
 
-func jsonString(s string) string {
+func faultJSONString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
 
-// check fails t for every lost answer; it returns the tally for chaining.
-func (f *faultTally) check(t *testing.T) *faultTally {
+// check fails t if any answer was lost, and, with noFiveXX (the origin
+// was reachable throughout), if any was a 5xx.
+func (f *faultTally) check(t *testing.T, noFiveXX bool) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -175,13 +191,23 @@ func (f *faultTally) check(t *testing.T) *faultTally {
 		t.Errorf("%s: %d of %d answers lost (%d wrong bodies, %d 5xx for stored keys); first: %s",
 			f.name, f.lost, f.sent, f.wrongBd, f.storedFiveXX, strings.Join(f.why, "; "))
 	}
-	return f
+	if noFiveXX && f.fiveXX > 0 {
+		t.Errorf("%s: %d of %d answers 5xx with the origin reachable; first: %s",
+			f.name, f.fiveXX, f.sent, strings.Join(f.fiveWhy, "; "))
+	}
+}
+
+// total is how many answers were tallied.
+func (f *faultTally) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sent
 }
 
 // faultTable renders tallies as the figures table of the report.
 func faultTable(title string, tallies ...*faultTally) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s\n| phase | sent | stored-key requests | ok | stale | 5xx | lost | max latency | stale because |\n|---|---|---|---|---|---|---|---|---|\n", title)
+	fmt.Fprintf(&sb, "%s\n| phase | sent | stored-key requests | ok | stale | 5xx | lost | max latency | stale because | 200s by node asked |\n|---|---|---|---|---|---|---|---|---|---|\n", title)
 	for _, f := range tallies {
 		f.mu.Lock()
 		why := make([]string, 0, len(f.staleWhy))
@@ -189,8 +215,14 @@ func faultTable(title string, tallies ...*faultTally) string {
 			why = append(why, fmt.Sprintf("%s×%d", d, n))
 		}
 		sort.Strings(why)
-		fmt.Fprintf(&sb, "| %s | %d | %d | %d | %d | %d | %d | %v | %s |\n",
-			f.name, f.sent, f.storedSent, f.ok, f.stale, f.fiveXX, f.lost, f.maxLatency.Round(time.Millisecond), strings.Join(why, " "))
+		by := make([]string, 0, len(f.answered))
+		for n, c := range f.answered {
+			by = append(by, fmt.Sprintf("%s:%d", n, c))
+		}
+		sort.Strings(by)
+		fmt.Fprintf(&sb, "| %s | %d | %d | %d | %d | %d | %d | %v | %s | %s |\n",
+			f.name, f.sent, f.storedSent, f.ok, f.stale, f.fiveXX, f.lost, f.maxLatency.Round(time.Millisecond),
+			strings.Join(why, " "), strings.Join(by, " "))
 		f.mu.Unlock()
 	}
 	return sb.String()
@@ -225,14 +257,25 @@ type faultTarget struct {
 	stored bool
 }
 
-// faultMaxRequests bounds every fault load: loops stop by themselves.
-const faultMaxRequests = 200_000
+// faultLimit bounds a load: its loops stop by themselves after max
+// requests, and at rate requests per second (all workers together) it
+// leaves CPU for the processes under test (a 2-core machine runs three
+// shields, Consul and the origin besides).
+type faultLimit struct {
+	rate float64
+	max  int64
+}
+
+// faultDefaultLimit is the limit of the fault and partition tests.
+var faultDefaultLimit = faultLimit{rate: 1500, max: 500_000}
 
 // startFaultLoad starts workers on c. Stopping waits for the requests in
 // flight; it also runs at cleanup.
-func startFaultLoad(t *testing.T, c *http.Client, workers int, tally *faultTally, targets []faultTarget) *faultLoad {
+func startFaultLoad(t *testing.T, c *http.Client, workers int, limit faultLimit, tally *faultTally, targets []faultTarget) *faultLoad {
 	t.Helper()
 	l := &faultLoad{stop: make(chan struct{})}
+	limiter := rate.NewLimiter(rate.Limit(limit.rate), workers)
+	ctx, cancel := context.WithCancel(context.Background())
 	l.tally.Store(tally)
 	l.setTargets(targets)
 	for w := range workers {
@@ -243,7 +286,7 @@ func startFaultLoad(t *testing.T, c *http.Client, workers int, tally *faultTally
 					return
 				default:
 				}
-				if l.sent.Add(1) > faultMaxRequests {
+				if limiter.Wait(ctx) != nil || l.sent.Add(1) > limit.max {
 					return
 				}
 				tg, ok := l.pick(i)
@@ -259,7 +302,7 @@ func startFaultLoad(t *testing.T, c *http.Client, workers int, tally *faultTally
 			}
 		})
 	}
-	l.halt = sync.OnceFunc(func() { close(l.stop); l.wg.Wait() })
+	l.halt = sync.OnceFunc(func() { close(l.stop); cancel(); l.wg.Wait() })
 	t.Cleanup(l.halt)
 	return l
 }
@@ -301,6 +344,13 @@ func (l *faultLoad) phase(name string) *faultTally {
 	f := newFaultTally(name)
 	l.tally.Store(f)
 	return f
+}
+
+// answeredBy is how many requests to node were answered 200.
+func (f *faultTally) answeredBy(node string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.answered[node]
 }
 
 // waitSent polls until the load has sent at least n more requests than

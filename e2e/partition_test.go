@@ -128,7 +128,7 @@ func TestPartition(t *testing.T) {
 			}
 		}
 	}
-	load := startFaultLoad(t, lab.client, 6, newFaultTally("before"), targets)
+	load := startFaultLoad(t, lab.client, 6, faultDefaultLimit, newFaultTally("before"), targets)
 	before := load.tally.Load()
 	load.waitSent(t, netnsRequests)
 
@@ -150,19 +150,26 @@ func TestPartition(t *testing.T) {
 		"after the heal all converged in %v:", c.id, a.id, b.id, detect.Round(time.Millisecond), c.id, isolated,
 		heal.Round(time.Millisecond)), before, cut, healing, after))
 	for _, f := range []*faultTally{before, cut, healing, after} {
-		f.check(t)
-		if f.fiveXX > 0 {
-			t.Errorf("%s: %d answers 5xx with the origin reachable from every node", f.name, f.fiveXX)
-		}
+		f.check(t, true)
 	}
-	if cut.sent == 0 {
-		t.Errorf("no request was sent during the partition")
+	// Both sides answered while cut apart.
+	for _, n := range nodes {
+		if cut.answeredBy(n.id) == 0 {
+			t.Errorf("%s answered no request during the partition", n.id)
+		}
 	}
 }
 
 // startConsulServer starts n's Consul agent as one of three servers that
 // find each other over the cluster net. Its HTTP API listens on loopback
 // (for the shield beside it) and on the service net (for the test).
+//
+// Autopilot's dead-server cleanup is off: with it, the majority removes
+// the cut-off server at the heal and deregisters its node, and the node's
+// services reappear only at its agent's next anti-entropy sync, one to two
+// minutes later — Consul's timing, not shield's, and too slow for a test
+// bound. (A shield that re-registered by itself would not wait for it;
+// see TestFaultConsulRestart.)
 func (l *netnsLab) startConsulServer(bin string, n *netnsNode, all []*netnsNode) *process {
 	l.t.Helper()
 	args := []string{"agent", "-server", "-bootstrap-expect", strconv.Itoa(len(all)),
@@ -170,6 +177,7 @@ func (l *netnsLab) startConsulServer(bin string, n *netnsNode, all []*netnsNode)
 		"-client", "127.0.0.1 " + n.svcIP, "-http-port", strconv.Itoa(netnsConsulPort),
 		"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
 		"-data-dir", l.t.TempDir(), "-disable-host-node-id", "-retry-interval", "1s",
+		"-hcl", "autopilot { cleanup_dead_servers = false }",
 		"-log-level", "info"}
 	for _, o := range all {
 		if o != n {

@@ -66,12 +66,17 @@ type ConsulConfig struct {
 // known good peer set stays in force (static stability); Reachable and
 // LastError report it.
 type Consul struct {
-	cfg       ConsulConfig
-	self      Peer
-	m         *Membership
-	logger    *slog.Logger
-	client    *api.Client
-	transport *http.Transport // closed idle on Run's exit
+	cfg    ConsulConfig
+	self   Peer
+	m      *Membership
+	logger *slog.Logger
+	client *api.Client
+	// registered is set by a successful Register, leaving by
+	// Deregister; ensureRegistered re-registers only in between.
+	registered atomic.Bool
+	leaving    atomic.Bool
+	lastEnsure atomic.Int64    // unix ns of the last registration check
+	transport  *http.Transport // closed idle on Run's exit
 
 	// Timing, from the package defaults; tests shorten them.
 	backoffBase time.Duration // first retry delay after an error
@@ -229,6 +234,7 @@ func (c *Consul) Register(ctx context.Context) error {
 		c.lastErr.Store(&errBox{err})
 		return err
 	}
+	c.registered.Store(true)
 	c.logger.Info("routing: registered in consul", "service", c.cfg.Service, "peer", c.self.ID, "addr", c.self.Addr)
 	return nil
 }
@@ -236,6 +242,7 @@ func (c *Consul) Register(ctx context.Context) error {
 // Deregister removes this node's service (and its check) from the local
 // agent: the first step of a graceful leave, so peers stop sending to us.
 func (c *Consul) Deregister(ctx context.Context) error {
+	c.leaving.Store(true)
 	if err := c.client.Agent().ServiceDeregisterOpts(c.self.ID, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
 		err = fmt.Errorf("routing: consul deregister %q: %w", c.self.ID, err)
 		c.lastErr.Store(&errBox{err})

@@ -49,6 +49,9 @@ func (c *Consul) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			failures++
+			// A restarted agent starts its indexes over: block on ours
+			// and we would not hear from it for a whole wait time.
+			index = 0
 			c.markDown(err)
 			if !c.wait(ctx, backoff(failures, c.backoffBase, c.backoffMax)) {
 				return nil
@@ -59,6 +62,7 @@ func (c *Consul) Run(ctx context.Context) error {
 		c.markUp()
 		index = nextIndex(index, meta.LastIndex)
 		c.m.Update(c.peersFrom(entries), time.Now())
+		c.ensureRegistered(ctx, entries)
 	}
 }
 
@@ -195,4 +199,33 @@ func (c *Consul) markDown(err error) {
 		c.logger.Warn("routing: consul unreachable, keeping last known peer set",
 			"service", c.cfg.Service, "generation", c.m.View().Current.Generation(), "err", err)
 	}
+}
+
+// ensureRegistered re-registers this node when the healthy set lacks it
+// and the agent no longer knows its service — an agent restarted without
+// state (dev mode) or one that dropped the service. It checks at most once
+// per check interval and never after Deregister (a leaving node).
+func (c *Consul) ensureRegistered(ctx context.Context, entries []*api.ServiceEntry) {
+	if !c.registered.Load() || c.leaving.Load() {
+		return
+	}
+	for _, e := range entries {
+		if e.Service != nil && e.Service.ID == c.self.ID {
+			return
+		}
+	}
+	now := time.Now()
+	if last := c.lastEnsure.Load(); last != 0 && now.Sub(time.Unix(0, last)) < c.cfg.CheckInterval {
+		return
+	}
+	c.lastEnsure.Store(now.UnixNano())
+	services, err := c.client.Agent().ServicesWithFilterOpts("", (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return
+	}
+	if _, ok := services[c.self.ID]; ok {
+		return // registered; its check has not passed yet
+	}
+	c.logger.Warn("routing: this node is no longer registered in consul; registering again", "peer", c.self.ID)
+	_ = c.Register(ctx)
 }

@@ -229,7 +229,13 @@ func reloadFile(path string, p *proxy.Proxy, logger *slog.Logger) error {
 func requestError(ctx *fasthttp.RequestCtx, err error) {
 	status, msg := fasthttp.StatusBadRequest, "bad request\n"
 	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
 	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// A client that sent no (complete) request within read_timeout:
+		// fasthttp must answer something; 408 is the honest answer
+		// (RFC 9110 §15.5.9), not 400.
+		status, msg = fasthttp.StatusRequestTimeout, "request timeout\n"
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large\n"
 	case errors.As(err, &small):
