@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -113,9 +114,17 @@ func freePortsFor(t *testing.T, n int) []int {
 	t.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
+		// Below the ephemeral range, as freeAddr explains.
+		var ln net.Listener
+		for range 200 {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000))))
+			if err == nil {
+				ln = l
+				break
+			}
+		}
+		if ln == nil {
+			t.Fatalf("no free port in 20000-31999")
 		}
 		defer ln.Close()
 		ports[i] = ln.Addr().(*net.TCPAddr).Port

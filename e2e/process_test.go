@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -141,12 +143,22 @@ func (p *process) waitReady(t *testing.T, url string) {
 // listen on port 0, note the port, close.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	// Ports come from below the kernel's ephemeral range (32768 and up
+	// by default): a port taken from :0 and closed again is soon handed
+	// to some outgoing connection as its local port, and the process we
+	// start then fails to bind it. Random picks below the range collide
+	// only with other picks, which are few.
+	for range 200 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatalf("no free port in 20000-31999")
+	return ""
 }
 
 // eventually polls cond until it holds, failing t after the deadline.
