@@ -37,10 +37,9 @@ import (
 //     the owner's answer for at most hot_key_max_age;
 //   - hand-off: a node leaving gracefully pushes its hottest entries to
 //     their new owners (Handoff);
-//   - purges fan out to every node (fanOutPurge), dropping near copies too.
-//
-// Not done: URL invalidation by unsafe methods is applied on the node that
-// forwarded the request, not routed to the owner.
+//   - purges fan out to every node (fanOutPurge), dropping near copies too;
+//   - a URL invalidated by a successful unsafe request is dropped on the
+//     node that saw the request and, in the background, on its owner.
 
 // Peer protocol header fields.
 var (
@@ -333,6 +332,49 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 	}
 }
 
+// sendPurge applies a purge on one peer; it returns the peer's HTTP
+// status, or 0 when the peer could not be reached.
+func sendPurge(c *cluster, pc *peerClient, addr string, gen uint64, args url.Values) int {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(purgePath + "?" + args.Encode())
+	req.Header.SetHost(addr)
+	req.Header.SetBytesKV(hShieldAuth, c.secret)
+	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, gen, 10))
+	if err := pc.hc.DoTimeout(req, resp, 5*time.Second); err != nil {
+		return 0
+	}
+	return resp.StatusCode()
+}
+
+// invalidateOnOwner tells the owner of an invalidated URL to drop it too
+// (RFC 9111 §4.4 invalidation happens on the owner, DESIGN §5), in the
+// background so the client's answer does not wait for it.
+func (p *Proxy) invalidateOnOwner(c *cluster, digest uint64, rawURL string, tid []byte) {
+	v := c.m.View()
+	owner, self := v.Current.Owner(digest)
+	if self {
+		return
+	}
+	pc := c.peers.Load().byID[owner.ID]
+	if pc == nil {
+		return
+	}
+	args := url.Values{"url": {rawURL}}
+	if len(tid) > 0 {
+		args.Set("tenant", string(tid))
+	}
+	gen, addr := v.Current.Generation(), owner.Addr
+	p.bgWG.Add(1)
+	go func() {
+		defer p.bgWG.Done()
+		sendPurge(c, pc, addr, gen, args)
+	}()
+}
+
 // purgePath is the peer-listener path a purge is fanned out on.
 const purgePath = "/__shield/purge"
 
@@ -355,22 +397,7 @@ func (p *Proxy) fanOutPurge(args url.Values) map[string]int {
 		if pc == nil {
 			continue
 		}
-		req := fasthttp.AcquireRequest()
-		resp := fasthttp.AcquireResponse()
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI(purgePath + "?" + args.Encode())
-		req.Header.SetHost(peer.Addr)
-		req.Header.SetBytesKV(hShieldAuth, c.secret)
-		req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, v.Current.Generation(), 10))
-		resp.StreamBody = false
-		if err := pc.hc.DoTimeout(req, resp, 5*time.Second); err == nil {
-			out[peer.ID] = resp.StatusCode()
-			_ = resp.CloseBodyStream()
-		} else {
-			out[peer.ID] = 0
-		}
-		fasthttp.ReleaseRequest(req)
-		fasthttp.ReleaseResponse(resp)
+		out[peer.ID] = sendPurge(c, pc, peer.Addr, v.Current.Generation(), args)
 	}
 	return out
 }

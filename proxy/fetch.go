@@ -445,6 +445,13 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		sc.tid = tid
 		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 		p.store.del(sc.key)
+		if c := p.cluster.Load(); c != nil && !fromPeer {
+			scheme := "http://"
+			if ctx.IsTLS() {
+				scheme = "https://"
+			}
+			p.invalidateOnOwner(c, cachekey.Digest(sc.key), scheme+string(ctx.Request.Header.Host())+string(ctx.Request.Header.RequestURI()), tid)
+		}
 		scratchPool.Put(sc)
 		p.g.invalidations.Inc()
 	}
