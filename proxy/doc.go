@@ -13,7 +13,8 @@
 //	cluster.go   forwarding to the key's owner, peer listener, purge fan-out
 //	nearcopy.go  near copies of hot keys, previous-owner read-through
 //	fetch.go     misses: coalescing, origin fetch for the cache, stale-if-error,
-//	             background refresh, storing, pass-through of unsafe methods
+//	             background refresh, storing
+//	pass.go      pass-through (unsafe methods, bypass), invalidation, body streaming
 //	origin.go    one protected origin call: budget, breaker, retry
 //	coalesce.go  in-flight fetches per key
 //	upstream.go  what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)

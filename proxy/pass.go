@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/cachekey"
+)
+
+// passUnsafe forwards a request whose method is not cacheable. A
+// successful unsafe request invalidates the stored URL (RFC 9111 §4.4).
+func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool) result {
+	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=method")
+	if s := ctx.Response.StatusCode(); s >= 200 && s < 400 && !isSafe(ctx.Request.Header.Method()) {
+		sc := scratchPool.Get().(*scratch)
+		sc.tid = tid
+		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
+		p.store.del(sc.key)
+		if c := p.cluster.Load(); c != nil && !fromPeer {
+			scheme := "http://"
+			if ctx.IsTLS() {
+				scheme = "https://"
+			}
+			p.invalidateOnOwner(c, cachekey.Digest(sc.key), scheme+string(ctx.Request.Header.Host())+string(ctx.Request.Header.RequestURI()), tid)
+		}
+		scratchPool.Put(sc)
+		p.g.invalidations.Inc()
+	}
+	if res == resMiss {
+		return resPass
+	}
+	return res
+}
+
+// bypass forwards a cacheable-method request that must not use the cache.
+func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, detail string) result {
+	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=bypass; detail="+detail)
+	if res == resMiss {
+		return resBypass
+	}
+	return res
+}
+
+// forward sends the request as is (minus hop-by-hop fields) and relays
+// the answer without storing it; the answer's body is streamed.
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, cacheStatus string) result {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	buildUpstream(req, ctx, false, fromPeer, nil)
+	resp := fasthttp.AcquireResponse()
+	if ok, fl := rte.origin.call(t, req, resp); !ok {
+		fasthttp.ReleaseResponse(resp)
+		return p.failed(ctx, rte, nil, fl, "shield; fwd=bypass; detail="+fl.detail)
+	}
+	copyResponseHead(&ctx.Response, resp, time.Now())
+	ctx.Response.Header.Set("Cache-Status", cacheStatus)
+	if r := resp.BodyStream(); r != nil {
+		ctx.Response.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())
+	} else {
+		ctx.Response.SetBody(resp.Body())
+		fasthttp.ReleaseResponse(resp)
+	}
+	return resMiss
+}
+
+func isSafe(method []byte) bool {
+	switch string(method) {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		return true
+	}
+	return false
+}
+
+// readBody reads the origin's body up to limit bytes. complete is false
+// when the body is larger: body then holds what was read, and the rest is
+// still in resp.BodyStream().
+func readBody(resp *fasthttp.Response, limit int) (body []byte, complete bool, err error) {
+	r := resp.BodyStream()
+	if r == nil {
+		return bytes.Clone(resp.Body()), true, nil
+	}
+	cl := resp.Header.ContentLength()
+	if cl > limit {
+		return nil, false, nil
+	}
+	size := 4096
+	if cl >= 0 {
+		size = cl + 1
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, len(buf))
+		}
+		n, rerr := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if len(buf) > limit {
+			return buf, false, nil
+		}
+		if rerr == io.EOF {
+			_ = resp.CloseBodyStream()
+			return buf, true, nil
+		}
+		if rerr != nil {
+			_ = resp.CloseBodyStream()
+			return nil, false, rerr
+		}
+	}
+}
+
+// streamBody relays an origin body and releases the origin response
+// when fasthttp closes it after writing.
+type streamBody struct {
+	r    io.Reader
+	resp *fasthttp.Response
+}
+
+func (s *streamBody) Read(b []byte) (int, error) { return s.r.Read(b) }
+
+func (s *streamBody) Close() error {
+	err := s.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(s.resp)
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return err
+}
