@@ -8,8 +8,9 @@
 //
 // Files, in request order:
 //
-//	serve.go     handler: target/Host checks, route, admission, key, owner,
+//	serve.go     handler: target checks, route, key, owner,
 //	             lookup, fresh hit (0 allocations), stale-while-revalidate
+//	admit.go     Host validation, tenant identity, admission, 429
 //	cluster.go   forwarding to the key's owner, peer listener, purge fan-out
 //	nearcopy.go  near copies of hot keys, previous-owner read-through
 //	fetch.go     misses: coalescing, origin fetch for the cache, stale-if-error,

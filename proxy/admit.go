@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/admission"
+)
+
+// tenantOf identifies the request's tenant: the route's fixed tenant, else
+// the configured header or API key. tid is the identity used in
+// tenant-scoped keys: the raw header value (so unknown tenants, which
+// share the default class's limits, still never share entries) or the
+// tenant an API key maps to.
+func (rt *runtimeConfig) tenantOf(h *fasthttp.RequestHeader, rte *route) (t *admission.Tenant, tid []byte) {
+	switch {
+	case rt.tenants == nil:
+		return nil, rte.tenant
+	case rte.tenant != nil:
+		tid = rte.tenant
+	case rt.idHeader != nil:
+		tid = h.PeekBytes(rt.idHeader)
+	case rt.apiKeyH != nil:
+		tid = rt.apiKeys[string(h.PeekBytes(rt.apiKeyH))]
+	}
+	return rt.tenants.Lookup(tid), tid
+}
+
+// reject answers 429 without allocating: Retry-After from the bucket and
+// a small JSON body naming the tenant class and the reason.
+func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reason, retryAfter time.Duration) {
+	resp := &ctx.Response
+	resp.SetStatusCode(fasthttp.StatusTooManyRequests)
+	setRetryAfter(resp, retryAfter)
+	resp.Header.SetContentType("application/json")
+	resp.Header.SetBytesKV(hCacheControl, noStore)
+	resp.Header.SetBytesKV(hCacheStatus, csRejected)
+	var buf [256]byte
+	b := append(buf[:0], `{"error":"too many requests","tenant":"`...)
+	b = append(b, t.Name()...)
+	b = append(b, `","reason":"`...)
+	b = append(b, reason.String()...)
+	b = append(b, `","retry_after":`...)
+	b = appendInt(b, max(int64((retryAfter+time.Second-1)/time.Second), 1))
+	b = append(b, "}\n"...)
+	resp.SetBody(b)
+}
+
+var (
+	noStore    = []byte("no-store")
+	csRejected = []byte("shield; fwd=bypass; detail=rejected")
+)
+
+// validHost reports whether h is a reg-name, IPv4 or bracketed IPv6
+// literal with an optional numeric port (RFC 9110 §7.2, RFC 3986 §3.2.2),
+// without allocating. An empty Host is allowed (HTTP/1.0); it matches
+// only "*" routes.
+func validHost(h []byte) bool {
+	if len(h) > 0 && h[0] == '[' {
+		end := bytes.IndexByte(h, ']')
+		if end < 0 {
+			return false
+		}
+		for _, c := range h[1:end] {
+			if !(c == ':' || c == '.' || ('0' <= c && c <= '9') || ('a' <= c|0x20 && c|0x20 <= 'f')) {
+				return false
+			}
+		}
+		h = h[end+1:]
+		if len(h) == 0 {
+			return true
+		}
+		if h[0] != ':' {
+			return false
+		}
+		return digitsOnly(h[1:])
+	}
+	if i := bytes.IndexByte(h, ':'); i >= 0 {
+		if !digitsOnly(h[i+1:]) {
+			return false
+		}
+		h = h[:i]
+	}
+	for _, c := range h {
+		if !(c == '-' || c == '.' || c == '_' || ('0' <= c && c <= '9') || ('a' <= c|0x20 && c|0x20 <= 'z')) {
+			return false
+		}
+	}
+	return true
+}
+
+func digitsOnly(b []byte) bool {
+	if len(b) > 5 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
+
