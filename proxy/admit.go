@@ -105,4 +105,3 @@ func digitsOnly(b []byte) bool {
 }
 
 func appendInt(dst []byte, n int64) []byte { return strconv.AppendInt(dst, n, 10) }
-
