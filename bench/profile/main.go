@@ -60,18 +60,7 @@ func run(cfgPath, pprofAddr string) error {
 		}
 	}
 	p.SetReady(true)
-	srv := &fasthttp.Server{
-		Handler:                      p.Handler(),
-		ReadTimeout:                  cfg.Server.ReadTimeout,
-		WriteTimeout:                 cfg.Server.WriteTimeout,
-		IdleTimeout:                  cfg.Server.IdleTimeout,
-		ReadBufferSize:               int(cfg.Server.MaxHeaderSize),
-		MaxRequestBodySize:           int(cfg.Server.MaxBodySize),
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		DisablePreParseMultipartForm: true,
-		CloseOnShutdown:              true,
-	}
+	srv := p.PublicServer(cfg.Server, logger)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("profile: listen: %w", err)
@@ -108,34 +97,16 @@ func joinStatic(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger) error {
 		return fmt.Errorf("profile: only static membership is supported, not %q", cc.Membership)
 	}
 	m := routing.NewMembership(routing.Peer{ID: cc.NodeID, Addr: cc.Advertise, Weight: cc.Weight}, cc.Overlap, logger)
-	peers := make([]routing.Peer, 0, len(cc.Peers))
-	for _, pc := range cc.Peers {
-		peers = append(peers, routing.Peer{ID: pc.ID, Addr: pc.Addr, Weight: pc.Weight})
-	}
-	src, err := routing.NewStatic(peers, m, time.Now())
+	src, err := routing.NewStatic(proxy.StaticPeers(cc), m, time.Now())
 	if err != nil {
 		return fmt.Errorf("profile: cluster: %w", err)
 	}
-	p.SetCluster(m, src, proxy.ClusterOptions{
-		Secret:       cc.Secret,
-		PeerTimeout:  cc.PeerTimeout,
-		HotKeyRate:   cc.HotKeyRate,
-		HotKeyMaxAge: cc.HotKeyMaxAge,
-		HandoffKeys:  cc.HandoffKeys,
-	})
+	p.SetCluster(m, src, proxy.ClusterOptionsFor(cfg))
 	ln, err := net.Listen("tcp", cc.Listen)
 	if err != nil {
 		return fmt.Errorf("profile: listen peer: %w", err)
 	}
-	peer := &fasthttp.Server{
-		Handler:               p.PeerHandler(),
-		ReadTimeout:           cfg.Server.ReadTimeout,
-		WriteTimeout:          cfg.Server.WriteTimeout,
-		IdleTimeout:           cfg.Server.IdleTimeout,
-		ReadBufferSize:        int(cfg.Server.MaxHeaderSize),
-		NoDefaultServerHeader: true,
-		NoDefaultContentType:  true,
-	}
+	peer := p.PeerServer(cfg.Server, logger)
 	go func() { _ = peer.Serve(ln) }()
 	go func() {
 		if err := src.Run(context.Background()); err != nil {

@@ -50,38 +50,19 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 		}
 		n.consul, src = c, c
 	default:
-		peers := make([]routing.Peer, 0, len(cc.Peers))
-		for _, pc := range cc.Peers {
-			peers = append(peers, routing.Peer{ID: pc.ID, Addr: pc.Addr, Weight: pc.Weight})
-		}
-		s, err := routing.NewStatic(peers, m, time.Now())
+		s, err := routing.NewStatic(proxy.StaticPeers(cc), m, time.Now())
 		if err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 		src = s
 	}
-	p.SetCluster(m, src, proxy.ClusterOptions{
-		Secret:       cc.Secret,
-		PeerTimeout:  cc.PeerTimeout,
-		HotKeyRate:   cc.HotKeyRate,
-		HotKeyMaxAge: cc.HotKeyMaxAge,
-		HandoffKeys:  cc.HandoffKeys,
-		MaxBody:      int(cfg.Cache.MaxObjectSize) + 1<<20,
-	})
+	p.SetCluster(m, src, proxy.ClusterOptionsFor(cfg))
 
 	ln, err := net.Listen("tcp", cc.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen peer %s: %w", cc.Listen, err)
 	}
-	n.peer = &fasthttp.Server{
-		Handler:               p.PeerHandler(),
-		ReadTimeout:           cfg.Server.ReadTimeout,
-		WriteTimeout:          cfg.Server.WriteTimeout,
-		IdleTimeout:           cfg.Server.IdleTimeout,
-		ReadBufferSize:        int(cfg.Server.MaxHeaderSize),
-		NoDefaultServerHeader: true,
-		NoDefaultContentType:  true,
-	}
+	n.peer = p.PeerServer(cfg.Server, logger)
 	go func() { errc <- n.peer.Serve(ln) }()
 
 	ctx, cancel := context.WithCancel(context.Background())

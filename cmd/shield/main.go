@@ -113,31 +113,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		return err
 	}
 	p.SetReloader(func() error { return reloadFile(path, p, logger) })
-	pub := &fasthttp.Server{
-		Handler:      p.Handler(),
-		ReadTimeout:  cfg.Server.ReadTimeout,
-		WriteTimeout: cfg.Server.WriteTimeout,
-		IdleTimeout:  cfg.Server.IdleTimeout,
-		// ReadBufferSize bounds the request line and headers.
-		ReadBufferSize:     int(cfg.Server.MaxHeaderSize),
-		MaxRequestBodySize: int(cfg.Server.MaxBodySize),
-		// Server comes from the origin or the cached entry. Date is
-		// fasthttp's (the time of sending, cached per second): fasthttp
-		// manages Date itself and ignores a Date set by the handler, so
-		// a cached answer carries the current Date and its Age.
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		DisablePreParseMultipartForm: true,
-		CloseOnShutdown:              true,
-		// ReduceMemoryUsage stays off on purpose: with it the server
-		// returns each response's body buffer to fasthttp's pool, which
-		// drops buffers whose capacity outgrew their length — exactly
-		// what the hit path hands back (entry = body + metadata) — so
-		// every hit would allocate (proxy BenchmarkHitPooledBody).
-		ReduceMemoryUsage: false,
-		Logger:            slogPrinter{logger},
-		ErrorHandler:      requestError,
-	}
+	pub := p.PublicServer(cfg.Server, logger)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -221,47 +197,4 @@ func reloadFile(path string, p *proxy.Proxy, logger *slog.Logger) error {
 	}
 	logger.Info("configuration reloaded", "path", path)
 	return nil
-}
-
-// requestError answers requests fasthttp could not parse: 413 for a body
-// over server.max_body_size, 431 for headers over max_header_size, 400
-// otherwise — never reaching the origin.
-func requestError(ctx *fasthttp.RequestCtx, err error) {
-	status, msg := fasthttp.StatusBadRequest, "bad request\n"
-	var small *fasthttp.ErrSmallBuffer
-	var netErr net.Error
-	switch {
-	case errors.As(err, &netErr) && netErr.Timeout():
-		// A client that sent no (complete) request within read_timeout:
-		// fasthttp must answer something; 408 is the honest answer
-		// (RFC 9110 §15.5.9), not 400.
-		status, msg = fasthttp.StatusRequestTimeout, "request timeout\n"
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large\n"
-	case errors.As(err, &small):
-		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, "request header too large\n"
-	}
-	ctx.Response.Reset()
-	ctx.SetStatusCode(status)
-	ctx.SetContentType("text/plain; charset=utf-8")
-	ctx.Response.Header.Set("Cache-Status", "shield; fwd=bypass; detail=bad-request")
-	ctx.Response.Header.Set("Cache-Control", "no-store")
-	ctx.SetConnectionClose()
-	ctx.SetBodyString(msg)
-}
-
-// slogPrinter adapts fasthttp's Logger to slog. fasthttp's messages about
-// malformed requests quote the raw request (cookies, credentials), so
-// they go to debug level, truncated.
-type slogPrinter struct{ l *slog.Logger }
-
-func (s slogPrinter) Printf(format string, args ...any) {
-	if !s.l.Enabled(context.Background(), slog.LevelDebug) {
-		return
-	}
-	msg := fmt.Sprintf(format, args...)
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
-	s.l.Debug(msg, "component", "http")
 }

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/routing"
+)
+
+// PublicServer is the fasthttp server for the public listener, with the
+// settings the hit path depends on. cmd/shield and the benchmark wrapper
+// both serve through it, so measurements see the production settings.
+func (p *Proxy) PublicServer(s config.Server, logger *slog.Logger) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:      p.Handler(),
+		ReadTimeout:  s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout,
+		IdleTimeout:  s.IdleTimeout,
+		// ReadBufferSize bounds the request line and headers.
+		ReadBufferSize:     int(s.MaxHeaderSize),
+		MaxRequestBodySize: int(s.MaxBodySize),
+		// Server comes from the origin or the cached entry. Date is
+		// fasthttp's (the time of sending, cached per second): fasthttp
+		// manages Date itself and ignores a Date set by the handler, so
+		// a cached answer carries the current Date and its Age.
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		// ReduceMemoryUsage stays off on purpose: with it the server
+		// returns each response's body buffer to fasthttp's pool, which
+		// drops buffers whose capacity outgrew their length — exactly
+		// what the hit path hands back (entry = body + metadata) — so
+		// every hit would allocate (BenchmarkHitPooledBody).
+		ReduceMemoryUsage: false,
+		Logger:            slogPrinter{logger},
+		ErrorHandler:      requestError,
+	}
+}
+
+// PeerServer is the fasthttp server for the peer listener.
+func (p *Proxy) PeerServer(s config.Server, logger *slog.Logger) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:               p.PeerHandler(),
+		ReadTimeout:           s.ReadTimeout,
+		WriteTimeout:          s.WriteTimeout,
+		IdleTimeout:           s.IdleTimeout,
+		ReadBufferSize:        int(s.MaxHeaderSize),
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		Logger:                slogPrinter{logger},
+	}
+}
+
+// ClusterOptionsFor maps the cluster block to the proxy's options.
+func ClusterOptionsFor(cfg *config.Config) ClusterOptions {
+	cc := cfg.Cluster
+	return ClusterOptions{
+		Secret:       cc.Secret,
+		PeerTimeout:  cc.PeerTimeout,
+		HotKeyRate:   cc.HotKeyRate,
+		HotKeyMaxAge: cc.HotKeyMaxAge,
+		HandoffKeys:  cc.HandoffKeys,
+		MaxBody:      int(cfg.Cache.MaxObjectSize) + 1<<20,
+	}
+}
+
+// StaticPeers is the cluster block's static peer list.
+func StaticPeers(cc *config.Cluster) []routing.Peer {
+	peers := make([]routing.Peer, 0, len(cc.Peers))
+	for _, pc := range cc.Peers {
+		peers = append(peers, routing.Peer{ID: pc.ID, Addr: pc.Addr, Weight: pc.Weight})
+	}
+	return peers
+}
+
+// requestError answers requests fasthttp could not parse: 408 for a
+// request not read within read_timeout, 413 for a body over
+// server.max_body_size, 431 for headers over max_header_size, 400
+// otherwise — never reaching the origin.
+func requestError(ctx *fasthttp.RequestCtx, err error) {
+	status, msg := fasthttp.StatusBadRequest, "bad request\n"
+	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// fasthttp must answer something; 408 is the honest answer
+		// (RFC 9110 §15.5.9), not 400.
+		status, msg = fasthttp.StatusRequestTimeout, "request timeout\n"
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large\n"
+	case errors.As(err, &small):
+		status, msg = fasthttp.StatusRequestHeaderFieldsTooLarge, "request header too large\n"
+	}
+	ctx.Response.Reset()
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("text/plain; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Status", "shield; fwd=bypass; detail=bad-request")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetConnectionClose()
+	ctx.SetBodyString(msg)
+}
+
+// slogPrinter adapts fasthttp's Logger to slog. fasthttp's messages about
+// malformed requests quote the raw request (cookies, credentials), so
+// they go to debug level, truncated.
+type slogPrinter struct{ l *slog.Logger }
+
+func (s slogPrinter) Printf(format string, args ...any) {
+	if s.l == nil || !s.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	s.l.Debug(msg, "component", "http")
+}
