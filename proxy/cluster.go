@@ -199,7 +199,7 @@ func newPeerClient(addr string, timeout time.Duration, maxBody int) *fasthttp.Ho
 // forwardToOwner sends the request to the key's owner and relays its
 // answer. ok is false when the owner could not answer; the caller then
 // serves the request locally.
-func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.View, owner *routing.Peer, sc *scratch) (result, bool) {
+func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.View, owner *routing.Peer, rt *runtimeConfig, rte *route, sc *scratch) (result, bool) {
 	pc := c.peers.Load().byID[owner.ID]
 	if pc == nil {
 		return 0, false
@@ -259,7 +259,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	}
 	pc.outcomes[peerOK].Inc()
 	if sc.hotRate > 0 && c.opts.HotKeyRate > 0 && sc.hotRate >= c.opts.HotKeyRate && resp.StatusCode() == fasthttp.StatusOK {
-		if p.keepNearCopy(ctx, c, sc, req, resp, reqTime) {
+		if p.keepNearCopy(ctx, c, rt, rte, sc, req, resp, reqTime) {
 			return resPeer, true
 		}
 	}

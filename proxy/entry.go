@@ -222,3 +222,29 @@ func (e *entry) headers() fieldIter { return fieldIter{p: e.headersRaw} }
 
 // varyNames iterates the entry's lower-case Vary header names.
 func (e *entry) varyNames() fieldIter { return fieldIter{p: e.varyRaw} }
+
+// varyList collects the Vary names (aliasing the entry's buffer) for
+// re-encoding; it allocates, so the hit path iterates instead.
+func (e *entry) varyList() [][]byte {
+	var out [][]byte
+	it := e.varyNames()
+	for n, ok := it.next(); ok; n, ok = it.next() {
+		out = append(out, n)
+	}
+	return out
+}
+
+// headerList collects the stored headers (aliasing the entry's buffer)
+// for re-encoding; it allocates, so the hit path iterates instead.
+func (e *entry) headerList() []header {
+	var out []header
+	it := e.headers()
+	for {
+		k, ok := it.next()
+		if !ok {
+			return out
+		}
+		v, _ := it.next()
+		out = append(out, header{k: k, v: v})
+	}
+}

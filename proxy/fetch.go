@@ -27,14 +27,13 @@ const (
 // answer is the outcome of fetchOrigin. It does not reference the
 // client's RequestCtx, so it can come from a background refresh.
 type answer struct {
-	kind       answerKind
-	entry      []byte             // ansStored, ansRevalidated: encoded, read-only, shareable
-	key        []byte             // the key entry is stored under
-	resp       *fasthttp.Response // ansUnstorable, ansStream, ansOriginError; release()
-	body       []byte             // the body read so far
-	reason     string             // ansUnstorable: why not stored
-	hitForMiss bool               // ansUnstorable: remember the key as unshareable
-	fail       failure            // ansFailed, ansOriginError
+	kind   answerKind
+	entry  []byte             // ansStored, ansRevalidated: encoded, read-only, shareable
+	key    []byte             // the key entry is stored under
+	resp   *fasthttp.Response // ansUnstorable, ansStream, ansOriginError; release()
+	body   []byte             // the body read so far
+	reason string             // ansUnstorable: why not stored; the key is then remembered as hit-for-miss
+	fail   failure            // ansFailed, ansOriginError
 }
 
 // release frees the origin response the answer still holds.
@@ -96,7 +95,7 @@ func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, 
 	d := decide(hasAuth, resp, rte, reqTime, respTime)
 	if !d.storable {
 		p.g.notStored.Inc()
-		return answer{kind: ansUnstorable, resp: resp, body: body, reason: d.reason, hitForMiss: d.hitForMiss}
+		return answer{kind: ansUnstorable, resp: resp, body: body, reason: d.reason}
 	}
 	e := entry{
 		kind:         kindResponse,
@@ -110,7 +109,7 @@ func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, 
 		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
 		body:         body,
 	}
-	headers, vary := storedHeaders(resp, respTime, rte.allowSC)
+	headers, vary := storedHeaders(resp, respTime, rte.policy.AllowSetCookie)
 	fasthttp.ReleaseResponse(resp)
 	enc, key := p.storeResponse(primary, &req.Header, &e, vary, headers, respTime)
 	rte.m.stored.Inc()
@@ -245,9 +244,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status="+itoa(e.status)+"; stored")
 		return resMiss
 	case ansUnstorable:
-		if a.hitForMiss {
-			p.writeHitForMiss(rt, sc.flightKey(), now)
-		}
+		p.writeHitForMiss(rt, sc.flightKey(), now)
 		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode())+"; detail="+a.reason)
 		a.release()
 		return resMiss
@@ -340,7 +337,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		}
 		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, se, hasAuth, nil, nil)
 		publish(f, &a)
-		if a.kind == ansUnstorable && a.hitForMiss || a.kind == ansStream {
+		if a.kind == ansUnstorable || a.kind == ansStream {
 			p.writeHitForMiss(rt, flightKey, time.Now())
 		}
 		a.release()
@@ -409,11 +406,7 @@ func (p *Proxy) refresh(rte *route, req *fasthttp.Request, se *entry, resp *fast
 	if v := tmp.Header.PeekBytes(hLastModified); len(v) > 0 {
 		e.lastModified = bytes.Clone(v)
 	}
-	var vary [][]byte
-	it := se.varyNames()
-	for n, ok := it.next(); ok; n, ok = it.next() {
-		vary = append(vary, n)
-	}
+	vary := se.varyList()
 	storedKey = bytes.Clone(key)
 	e.keyDigest = cachekey.Digest(storedKey)
 	enc = appendEntry(nil, &e, vary, merged)

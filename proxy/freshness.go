@@ -14,7 +14,6 @@ import (
 type decision struct {
 	storable   bool
 	reason     string // why not, when !storable
-	hitForMiss bool   // remember the key as unshareable
 	lifetime   time.Duration
 	initialAge time.Duration
 	swr, sie   time.Duration
@@ -59,7 +58,7 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 	}
 	ok, reason := stale.Storable(&f, rte.policy)
 	if !ok {
-		return decision{reason: string(reason), hitForMiss: true}
+		return decision{reason: string(reason)}
 	}
 	ageHdr, _ := stale.ParseAge(resp.Header.PeekBytes(hAge))
 	date, okDate := stale.ParseHTTPDate(f.Date)

@@ -14,47 +14,33 @@ import (
 // no stale windows), so the next requests for that key are local hits. It
 // reports false, leaving resp untouched, when the answer cannot be kept
 // (too large, not storable): the caller then relays it as usual.
-func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, sc *scratch, req *fasthttp.Request, resp *fasthttp.Response, reqTime time.Time) bool {
-	rt := p.rt.Load()
+func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeConfig, rte *route, sc *scratch, req *fasthttp.Request, resp *fasthttp.Response, reqTime time.Time) bool {
 	body := resp.Body()
 	if len(body) > rt.maxObject {
 		return false
 	}
 	now := time.Now()
-	rte := p.routeByName(rt, ctx)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
-	if rte != nil {
-		if d := decide(hasAuth, resp, rte, reqTime, now); d.storable {
-			e := entry{
-				kind:       kindNearCopy,
-				status:     resp.StatusCode(),
-				storedAt:   now.UnixNano(),
-				initialAge: int64(d.initialAge),
-				lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
-				body:       body,
-				etag:       bytes.Clone(resp.Header.PeekBytes(hETag)),
-			}
-			e.lastModified = bytes.Clone(resp.Header.PeekBytes(hLastModified))
-			headers, vary := storedHeaders(resp, now, rte.allowSC)
-			p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
-			c.nearStored.Inc()
+	if d := decide(hasAuth, resp, rte, reqTime, now); d.storable {
+		e := entry{
+			kind:       kindNearCopy,
+			status:     resp.StatusCode(),
+			storedAt:   now.UnixNano(),
+			initialAge: int64(d.initialAge),
+			lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
+			body:       body,
+			etag:       bytes.Clone(resp.Header.PeekBytes(hETag)),
 		}
+		e.lastModified = bytes.Clone(resp.Header.PeekBytes(hLastModified))
+		headers, vary := storedHeaders(resp, now, rte.policy.AllowSetCookie)
+		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
+		c.nearStored.Inc()
 	}
 	out := &ctx.Response
 	relayPeerHead(out, resp, sc.ownerID)
 	out.SetBody(body)
 	fasthttp.ReleaseResponse(resp)
 	return true
-}
-
-// routeByName finds the route a request matched (near copies need its
-// policy); requests reach here only after matching, so nil is unexpected.
-func (p *Proxy) routeByName(rt *runtimeConfig, ctx *fasthttp.RequestCtx) *route {
-	r := rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal())
-	if r == nil {
-		return nil
-	}
-	return rt.routes[r.Index]
 }
 
 // readThroughPeer returns the client of the key's previous owner when a

@@ -30,12 +30,11 @@ type origin struct {
 // rate tokens), the breaker (when its settings are unchanged), the retry
 // budget and the metric handles.
 type originState struct {
-	budget   *admission.Origin
-	brk      atomic.Pointer[breaker.Breaker] // nil: breaker disabled
-	brkConf  config.Breaker
-	retry    *breaker.RetryBudget
-	m        *originMetrics
-	lastConf *config.Origin
+	budget  *admission.Origin
+	brk     atomic.Pointer[breaker.Breaker] // nil: breaker disabled
+	brkConf config.Breaker
+	retry   *breaker.RetryBudget
+	m       *originMetrics
 }
 
 func newClients(oc *config.Origin) []*fasthttp.HostClient {

@@ -87,7 +87,6 @@ type route struct {
 	headers    []string // key header names, in Rules order
 	disabled   bool
 	policy     stale.Policy
-	allowSC    bool
 	staleOn429 bool
 	scoped     bool   // tenant is part of the key
 	tenant     []byte // fixed tenant name, or nil
@@ -183,7 +182,6 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 				MaxStale:             rc.Cache.MaxStale,
 				AllowSetCookie:       rc.Cache.AllowSetCookie,
 			},
-			allowSC:    rc.Cache.AllowSetCookie,
 			staleOn429: rc.Cache.StaleOn429,
 			scoped:     rc.Cache.TenantScoped,
 			origin:     o,
@@ -244,7 +242,8 @@ func tenantLimits(l *config.TenantLimits) admission.Limits {
 func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*originState, error) {
 	limits := admission.OriginLimits{MaxConcurrency: oc.MaxConcurrency, MaxRate: oc.MaxRate, SlowStart: oc.SlowStart}
 	st := p.origins[name]
-	if st == nil {
+	fresh := st == nil
+	if fresh {
 		budget, err := admission.NewOrigin(name, limits)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
@@ -258,7 +257,7 @@ func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*ori
 	} else if err := st.budget.SetLimits(limits, now); err != nil {
 		return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
 	}
-	if st.lastConf == nil || !reflect.DeepEqual(st.brkConf, oc.Breaker) {
+	if fresh || !reflect.DeepEqual(st.brkConf, oc.Breaker) {
 		var b *breaker.Breaker
 		if !oc.Breaker.Disabled {
 			s := breakerSettings(oc.Breaker)
@@ -278,7 +277,6 @@ func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*ori
 		st.brk.Store(b)
 		st.brkConf = oc.Breaker
 	}
-	st.lastConf = oc
 	return st, nil
 }
 

@@ -203,22 +203,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 	default:
 		return res, nil
 	}
-	var vary [][]byte
-	it := e.varyNames()
-	for n, ok := it.next(); ok; n, ok = it.next() {
-		vary = append(vary, n)
-	}
-	var hs []header
-	hi := e.headers()
-	for {
-		k, ok := hi.next()
-		if !ok {
-			break
-		}
-		v, _ := hi.next()
-		hs = append(hs, header{k: k, v: v})
-	}
-	p.store.set(key, appendEntry(nil, &e, vary, hs))
+	p.store.set(key, appendEntry(nil, &e, e.varyList(), e.headerList()))
 	return res, nil
 }
 

@@ -182,7 +182,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 			}
 		}
 		ctx.Response.SwapBody(b[:0])
-		if res, ok := p.forwardToOwner(ctx, c, v, forwardTo, sc); ok {
+		if res, ok := p.forwardToOwner(ctx, c, v, forwardTo, rt, rte, sc); ok {
 			return res
 		}
 		// The owner could not answer: serve it here, as a local miss.

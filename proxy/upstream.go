@@ -202,18 +202,9 @@ func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time) []header {
 		}
 		fresh = append(fresh, header{k: bytes.Clone(k), v: bytes.Clone(v)})
 	}
-	var out []header
-	it := se.headers()
-	for {
-		k, ok := it.next()
-		if !ok {
-			break
-		}
-		v, _ := it.next()
-		if !slices.ContainsFunc(fresh, func(h header) bool { return bytes.EqualFold(h.k, k) }) {
-			out = append(out, header{k: k, v: v})
-		}
-	}
+	out := slices.DeleteFunc(se.headerList(), func(old header) bool {
+		return slices.ContainsFunc(fresh, func(h header) bool { return bytes.EqualFold(h.k, old.k) })
+	})
 	return append(out, fresh...)
 }
 
