@@ -48,6 +48,15 @@ type Parts struct {
 // Append is on the hit path: it does not allocate beyond growing dst, for
 // queries of up to 64 parameters.
 func Append(dst []byte, r *Rules, p *Parts) []byte {
+	return r.appendHeaders(AppendURL(dst, r, p), p.Headers)
+}
+
+// AppendURL appends the part of the key that names the URL: everything
+// Append writes except the key header section (p.Headers is not read).
+// Every key of one URL — whatever its key header values — starts with
+// these bytes, so their digest identifies the URL for invalidation: a
+// purge by URL reaches every key_headers and Vary variant of it.
+func AppendURL(dst []byte, r *Rules, p *Parts) []byte {
 	dst = append(dst, Version)
 	dst = binary.BigEndian.AppendUint32(dst, p.Namespace)
 	dst = binary.AppendUvarint(dst, uint64(len(p.Route)))
@@ -57,8 +66,13 @@ func Append(dst []byte, r *Rules, p *Parts) []byte {
 	dst = appendHostField(dst, p.Scheme, p.Host)
 	dst = appendField(dst, p.Path)
 	dst = r.appendQuery(dst, p.Query, true)
-	dst = appendField(dst, p.Tenant)
-	return r.appendHeaders(dst, p.Headers)
+	return appendField(dst, p.Tenant)
+}
+
+// AppendHeaders appends the key header section for values (in
+// Rules.KeyHeaders order) to a key prefix produced by AppendURL.
+func (r *Rules) AppendHeaders(dst []byte, values [][]byte) []byte {
+	return r.appendHeaders(dst, values)
 }
 
 // AppendVary appends one Vary dimension, the header name and the request's

@@ -335,6 +335,12 @@ type RouteCache struct {
 	// StaleOn429 serves a stale copy (inside stale-if-error) when the
 	// origin answers 429, as for 5xx. Default false.
 	StaleOn429 bool `yaml:"stale_on_429"`
+	// SurrogateKeyHeader names the response field whose space-separated
+	// values tag an entry for POST /purge?tag=. Default "Surrogate-Key".
+	SurrogateKeyHeader string `yaml:"surrogate_key_header"`
+	// ExposeSurrogateKeys passes that field on to clients. Default false:
+	// tags are the origin's business, not the client's.
+	ExposeSurrogateKeys bool `yaml:"expose_surrogate_keys"`
 }
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:

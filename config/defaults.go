@@ -28,8 +28,9 @@ const (
 	defaultMaxConcurrency        = 256
 	defaultMaxResponseHeaderSize = 64 * KiB
 
-	defaultPathPrefix = "/"
-	defaultMaxStale   = time.Hour
+	defaultPathPrefix         = "/"
+	defaultMaxStale           = time.Hour
+	defaultSurrogateKeyHeader = "Surrogate-Key"
 )
 
 // setDefault stores v in *p unless the setting was present in the file. A
@@ -83,5 +84,6 @@ func applyDefaults(c *Config, has func(path string) bool) {
 		p := fmt.Sprintf("routes[%d]", i)
 		setDefault(&r.PathPrefix, has(p+".path_prefix"), defaultPathPrefix)
 		setDefault(&r.Cache.MaxStale, has(p+".cache.max_stale"), defaultMaxStale)
+		setDefault(&r.Cache.SurrogateKeyHeader, has(p+".cache.surrogate_key_header"), defaultSurrogateKeyHeader)
 	}
 }

@@ -176,6 +176,9 @@ func (d *decoder) validateRouteCache(p string, rc *RouteCache) {
 			d.problem(fmt.Sprintf("%s.ignore_query[%d]", p, i), "query parameter name must not be empty")
 		}
 	}
+	if !isToken(rc.SurrogateKeyHeader) {
+		d.problem(p+".surrogate_key_header", "%q is not a valid header name", rc.SurrogateKeyHeader)
+	}
 	for i, h := range rc.KeyHeaders {
 		if !isToken(h) {
 			d.problem(fmt.Sprintf("%s.key_headers[%d]", p, i), "%q is not a valid header name", h)

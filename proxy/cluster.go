@@ -227,6 +227,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.Header.SetBytesKV(hShieldAuth, c.secret)
 	req.Header.Set("Shield-Client-Ip", ctx.RemoteIP().String())
 	resp := fasthttp.AcquireResponse()
+	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
 	err = pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
 	outcome := breaker.Success
@@ -259,7 +260,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	}
 	pc.outcomes[peerOK].Inc()
 	if sc.hotRate > 0 && c.opts.HotKeyRate > 0 && sc.hotRate >= c.opts.HotKeyRate && resp.StatusCode() == fasthttp.StatusOK {
-		if p.keepNearCopy(ctx, c, rt, rte, sc, req, resp, reqTime) {
+		if p.keepNearCopy(ctx, c, rt, rte, sc, req, resp, seq, reqTime) {
 			return resPeer, true
 		}
 	}
@@ -280,6 +281,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 func relayPeerHead(out, resp *fasthttp.Response, owner string) {
 	resp.Header.CopyTo(&out.Header)
 	out.Header.ResetConnectionClose()
+	out.Header.DelBytes(hShieldTags)
 	out.Header.Add("Cache-Status", "shield-edge; detail=peer-"+owner)
 }
 

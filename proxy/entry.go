@@ -7,7 +7,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// Entry layout (format version 1). The body comes first so that a HIT can
+// Entry layout (format version 2). The body comes first so that a HIT can
 // hand the fetched buffer, truncated to the body, straight to the response
 // (fasthttp SwapBody) without copying it:
 //
@@ -20,10 +20,18 @@ import (
 //	magic "SHE" | version uint8 | kind uint8 | status uint16
 //	storedAt int64 (unix ns, the response time) | initialAge int64 (ns)
 //	lifetime int64 (ns) | swr int64 (ns) | sie int64 (ns) | keyDigest uint64
+//	fetchSeq int64 | urlDigest uint64
 //	etag        uvarint len | bytes
 //	lastModified uvarint len | bytes
 //	vary        uvarint count | count × (uvarint len | lower-case name)
 //	headers     uvarint count | count × (uvarint len | name | uvarint len | value)
+//	tags        uvarint count | count × uint64 (xxhash of each surrogate key)
+//
+// fetchSeq is the invalidation clock's value when the fetch that produced
+// the entry started, urlDigest the digest of the URL part of its key and
+// tags the digests of its surrogate keys: lookups compare them with the
+// invalidation table (inval.go), so a purge is O(1) whatever the cache
+// holds and never undone by an entry fetched before it.
 //
 // A vary marker (kindVary) has no body and no headers; its storedAt is the
 // instant from which variants are valid: a variant stored before its
@@ -37,11 +45,14 @@ import (
 // unknown version, bad checksum, lengths that disagree — is errCorrupt,
 // which callers treat as a miss.
 const (
-	entryVersion = 1
+	entryVersion = 2
 	footerLen    = 16
-	// magic, version, kind, status, five int64 fields, digest, and the
-	// four length/count prefixes (at least one byte each).
-	fixedMetaLen = 3 + 1 + 1 + 2 + 8*5 + 8 + 4
+	// magic, version, kind, status, five int64 fields, digest, fetch
+	// sequence, URL digest, and the five length/count prefixes (at least
+	// one byte each).
+	fixedMetaLen = 3 + 1 + 1 + 2 + 8*5 + 8 + 16 + 5
+	// maxTags bounds the surrogate keys kept per entry.
+	maxTags = 64
 )
 
 type entryKind uint8
@@ -68,6 +79,9 @@ type entry struct {
 	swr        int64 // ns
 	sie        int64 // ns
 	keyDigest  uint64
+	fetchSeq   int64  // invalidation clock at fetch start
+	urlDigest  uint64 // digest of the key's URL part (cachekey.AppendURL)
+	tags       []byte // ≤ maxTags little-endian uint64 surrogate key digests
 
 	etag         []byte
 	lastModified []byte
@@ -94,6 +108,8 @@ func appendEntry(dst []byte, e *entry, vary [][]byte, headers []header) []byte {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
 	dst = binary.LittleEndian.AppendUint64(dst, e.keyDigest)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.fetchSeq))
+	dst = binary.LittleEndian.AppendUint64(dst, e.urlDigest)
 	dst = appendBytes(dst, e.etag)
 	dst = appendBytes(dst, e.lastModified)
 	dst = binary.AppendUvarint(dst, uint64(len(vary)))
@@ -105,6 +121,8 @@ func appendEntry(dst []byte, e *entry, vary [][]byte, headers []header) []byte {
 		dst = appendBytes(dst, h.k)
 		dst = appendBytes(dst, h.v)
 	}
+	dst = binary.AppendUvarint(dst, uint64(len(e.tags)/8))
+	dst = append(dst, e.tags[:len(e.tags)/8*8]...)
 	metaLen := len(dst) - metaStart
 	sum := xxhash.Sum64(dst[start:])
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(metaLen))
@@ -157,7 +175,9 @@ func decodeEntryCheck(b []byte, e *entry, checksum bool) error {
 	e.swr = int64(binary.LittleEndian.Uint64(p[24:]))
 	e.sie = int64(binary.LittleEndian.Uint64(p[32:]))
 	e.keyDigest = binary.LittleEndian.Uint64(p[40:])
-	p = p[48:]
+	e.fetchSeq = int64(binary.LittleEndian.Uint64(p[48:]))
+	e.urlDigest = binary.LittleEndian.Uint64(p[56:])
+	p = p[64:]
 	var ok bool
 	if e.etag, p, ok = readBytes(p); !ok {
 		return errCorrupt
@@ -171,6 +191,11 @@ func decodeEntryCheck(b []byte, e *entry, checksum bool) error {
 	if e.headerCount, e.headersRaw, p, ok = readList(p, 2); !ok {
 		return errCorrupt
 	}
+	nt, w := binary.Uvarint(p)
+	if w <= 0 || nt > maxTags || uint64(len(p)-w) != nt*8 {
+		return errCorrupt
+	}
+	e.tags, p = p[w:len(p):len(p)], nil
 	if len(p) != 0 {
 		return errCorrupt
 	}

@@ -34,6 +34,14 @@ type answer struct {
 	body   []byte             // the body read so far
 	reason string             // ansUnstorable: why not stored; the key is then remembered as hit-for-miss
 	fail   failure            // ansFailed, ansOriginError
+	// private holds fields of a 304 meant for the requester only
+	// (Set-Cookie): never stored, never shared with waiters.
+	private []header
+	// noShare: entry answers the requester but must not reach waiters
+	// (a 304 that made the copy unstorable, or an answer an invalidation
+	// overtook while it was in flight).
+	noShare bool
+	seq     int64 // the fetch's invalidation clock value
 }
 
 // release frees the origin response the answer still holds.
@@ -49,7 +57,17 @@ func (a *answer) release() {
 // says what happened. primary is the request's primary key, flightKey the
 // key it coalesces on (the variant key when a vary marker is known); se,
 // when set, is the stored copy whose validators req carries.
-func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, se *entry, hasAuth bool, prev *peerClient, tid []byte) answer {
+func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, urlDigest uint64, se *entry, hasAuth bool, prev *peerClient, tid []byte) answer {
+	// The fetch's place in invalidation order: taken before the origin
+	// (or the previous owner) is asked, so any invalidation after this
+	// instant outranks the answer.
+	seq := p.iv.next()
+	a := p.fetchOriginAt(seq, rt, rte, t, req, primary, flightKey, urlDigest, se, hasAuth, prev, tid)
+	a.seq = seq
+	return a
+}
+
+func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, urlDigest uint64, se *entry, hasAuth bool, prev *peerClient, tid []byte) answer {
 	o := rte.origin
 	resp := fasthttp.AcquireResponse()
 	reqTime := time.Now()
@@ -70,9 +88,9 @@ func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, 
 		if status == fasthttp.StatusNotModified {
 			o.m.revalidations[0].Inc()
 			_ = resp.CloseBodyStream()
-			enc, key := p.refresh(rte, req, se, resp, flightKey, reqTime, time.Now(), hasAuth)
+			a := p.refresh(rte, se, resp, flightKey, seq, reqTime, time.Now(), hasAuth)
 			fasthttp.ReleaseResponse(resp)
-			return answer{kind: ansRevalidated, entry: enc, key: key}
+			return a
 		}
 		o.m.revalidations[1].Inc()
 	}
@@ -105,13 +123,22 @@ func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, 
 		lifetime:     int64(d.lifetime),
 		swr:          int64(d.swr),
 		sie:          int64(d.sie),
+		fetchSeq:     seq,
+		urlDigest:    urlDigest,
+		tags:         appendTags(nil, resp.Header.PeekBytes(rte.tagHeader)),
 		etag:         bytes.Clone(resp.Header.PeekBytes(hETag)),
 		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
 		body:         body,
 	}
-	headers, vary := storedHeaders(resp, respTime, rte.policy.AllowSetCookie)
+	headers, vary := storedHeaders(resp, respTime, rte)
 	fasthttp.ReleaseResponse(resp)
-	enc, key := p.storeResponse(primary, &req.Header, &e, vary, headers, respTime)
+	enc, key, stored := p.storeResponse(primary, &req.Header, &e, vary, headers, respTime)
+	if !stored {
+		// Overtaken while in flight: an invalidation of the key, or a
+		// newer answer already stored. The requester gets it (its
+		// request was concurrent with the invalidation), nobody else.
+		return answer{kind: ansStored, entry: enc, key: key, noShare: true}
+	}
 	rte.m.stored.Inc()
 	return answer{kind: ansStored, entry: enc, key: key}
 }
@@ -125,6 +152,10 @@ func publish(f *flight, a *answer) {
 	}
 	switch a.kind {
 	case ansStored, ansRevalidated:
+		if a.noShare {
+			f.kind = flightUnshareable
+			return
+		}
 		f.kind, f.entry, f.key = flightShared, a.entry, a.key
 	case ansOriginError, ansFailed:
 		f.kind, f.status, f.detail, f.retryAfter = flightFailed, a.fail.status, a.fail.detail, a.fail.retryAfter
@@ -151,11 +182,12 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	// request for one key.
 	if b := p.store.get(nil, key); len(b) > 0 {
 		var e entry
-		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) {
+		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.apply(&e) {
 			age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), ctx.Time())
 			if stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
 				p.serveShared(ctx, &e, age, "shield; hit; detail=just-stored")
+				sc.peerTags(&ctx.Response, &e)
 				return resHit
 			}
 		}
@@ -181,12 +213,13 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		p.g.waiting.Add(-1)
 		p.g.waitTimeouts.Inc()
 		fl := failure{status: fasthttp.StatusGatewayTimeout, detail: "wait-timeout"}
-		return p.failed(ctx, rte, decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail=wait-timeout")
+		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail=wait-timeout")
 	}
 	switch f.kind {
 	case flightShared:
 		var e entry
-		if decodeEntry(f.entry, &e) != nil {
+		if decodeEntry(f.entry, &e) != nil || !p.iv.apply(&e) {
+			// Invalidated after the leader's fetch started: not ours.
 			return p.fetch(ctx, rt, rte, sc, nil, staleCopy, fwd)
 		}
 		if e.varyCount > 0 {
@@ -199,23 +232,25 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		}
 		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), ctx.Time())
 		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; collapsed")
+		sc.peerTags(&ctx.Response, &e)
 		return resCollapsed
 	case flightFailed:
 		fl := failure{status: f.status, detail: f.detail, retryAfter: f.retryAfter}
-		return p.failed(ctx, rte, decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail="+f.detail)
+		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail="+f.detail)
 	default:
 		// Unshareable: fetch on our own, never from the leader's answer.
 		return p.fetch(ctx, rt, rte, sc, nil, staleCopy, "bypass")
 	}
 }
 
-// decodeStale decodes a kept stale copy, or returns nil.
-func decodeStale(staleCopy []byte) *entry {
+// decodeStale decodes a kept stale copy, or returns nil; a copy
+// invalidated since it was read is nil too.
+func (p *Proxy) decodeStale(staleCopy []byte) *entry {
 	if staleCopy == nil {
 		return nil
 	}
 	se := new(entry)
-	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse {
+	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse || !p.iv.apply(se) {
 		return nil
 	}
 	return se
@@ -224,12 +259,12 @@ func decodeStale(staleCopy []byte) *entry {
 // fetch asks the origin on behalf of the cache, answers the client and,
 // when f is set, publishes the result to the flight's waiters.
 func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, f *flight, staleCopy []byte, fwd string) result {
-	se := decodeStale(staleCopy)
+	se := p.decodeStale(staleCopy)
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
-	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), se, hasAuth, sc.prevOwner, sc.tid)
+	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), sc.urlDigest(), se, hasAuth, sc.prevOwner, sc.tid)
 	publish(f, &a)
 	now := time.Now()
 	switch a.kind {
@@ -239,12 +274,22 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
 		if a.kind == ansRevalidated {
 			p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status=304; stored")
+			sc.peerTags(&ctx.Response, &e)
+			for _, h := range a.private {
+				ctx.Response.Header.AddBytesKV(h.k, h.v)
+			}
 			return resRevalidated
 		}
 		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status="+itoa(e.status)+"; stored")
+		sc.peerTags(&ctx.Response, &e)
 		return resMiss
 	case ansUnstorable:
-		p.writeHitForMiss(rt, sc.flightKey(), now)
+		if !hasAuth {
+			// A request-side reason not to store (Authorization) says
+			// nothing about the URL: the stored copy stays.
+			p.writeHitForMiss(rt, sc.flightKey(), a.seq, now)
+		}
+		hideTags(a.resp, rte)
 		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode())+"; detail="+a.reason)
 		a.release()
 		return resMiss
@@ -252,8 +297,9 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		// Larger than max_object_size: stream it through, store nothing,
 		// and send later requests straight to the origin.
 		p.g.streamed.Inc()
-		p.writeHitForMiss(rt, sc.flightKey(), now)
+		p.writeHitForMiss(rt, sc.flightKey(), a.seq, now)
 		copyResponseHead(&ctx.Response, a.resp, now)
+		hideTags(&ctx.Response, rte)
 		ctx.Response.Header.Set("Cache-Status", "shield; fwd="+fwd+"; detail=too-large")
 		ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(a.body), a.resp.BodyStream()), resp: a.resp}, -1)
 		return resMiss
@@ -262,6 +308,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 			a.release()
 			return p.serveStale(ctx, rte, se, staleReasonOf(a.fail.detail))
 		}
+		hideTags(a.resp, rte)
 		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode()))
 		a.release()
 		return resMiss
@@ -294,6 +341,11 @@ func staleServable(se *entry, now time.Time) bool {
 
 // serveStale answers from a stale copy and says why.
 func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why staleReason) result {
+	if !p.iv.apply(se) {
+		// Invalidated while the fetch was failing: never stand in.
+		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", "shield; fwd=stale; detail=invalidated")
+		return resError
+	}
 	age := stale.CurrentAge(time.Duration(se.initialAge), time.Unix(0, se.storedAt), time.Now())
 	ctx.Response.Reset()
 	p.serveShared(ctx, se, age, "shield; hit; fwd=stale; detail="+staleLabels[why])
@@ -322,10 +374,10 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 	if !leader {
 		return
 	}
-	se := decodeStale(staleCopy)
+	se := p.decodeStale(staleCopy)
 	req := fasthttp.AcquireRequest()
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
-	primary, flightKey := bytes.Clone(sc.key), bytes.Clone(key)
+	primary, flightKey, urlDigest := bytes.Clone(sc.key), bytes.Clone(key), sc.urlDigest()
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	p.bgWG.Add(1)
 	go func() {
@@ -335,10 +387,10 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		if p.bgCtx.Err() != nil {
 			return
 		}
-		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, se, hasAuth, nil, nil)
+		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, urlDigest, se, hasAuth, nil, nil)
 		publish(f, &a)
-		if a.kind == ansUnstorable || a.kind == ansStream {
-			p.writeHitForMiss(rt, flightKey, time.Now())
+		if (a.kind == ansUnstorable && !hasAuth) || a.kind == ansStream {
+			p.writeHitForMiss(rt, flightKey, a.seq, time.Now())
 		}
 		a.release()
 	}()
@@ -347,26 +399,47 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 // storeResponse writes e (and, for a varying response, its vary marker)
 // and returns the encoded entry and the key it was stored under. Variant
 // values come from the upstream request's headers (the client's, minus
-// hop-by-hop fields).
-func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *entry, vary [][]byte, headers []header, respTime time.Time) (enc, key []byte) {
+// hop-by-hop fields). stored is false when e was not written: an
+// invalidation of its URL or tags came after its fetch started, or the
+// key holds an answer whose fetch started later.
+func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *entry, vary [][]byte, headers []header, respTime time.Time) (enc, key []byte, stored bool) {
 	key = bytes.Clone(primary)
+	for _, name := range vary {
+		key = cachekey.AppendVary(key, name, h.PeekBytes(name))
+	}
+	e.keyDigest = cachekey.Digest(key)
+	enc = appendEntry(nil, e, vary, headers)
+	if dead, _ := p.iv.verdict(e.fetchSeq, e.urlDigest, e.tags); dead {
+		p.g.overtaken.Inc()
+		return enc, key, false
+	}
+	mu := p.stripe(e.keyDigest)
+	mu.Lock()
+	defer mu.Unlock()
+	if p.newerStored(key, e.fetchSeq) {
+		p.g.overtaken.Inc()
+		return enc, key, false
+	}
 	if len(vary) > 0 {
 		// Keep the marker when it already names the same headers:
 		// rewriting it would invalidate every other variant.
 		var cur entry
 		curBuf := p.store.get(nil, primary)
 		if len(curBuf) == 0 || decodeEntry(curBuf, &cur) != nil || cur.kind != kindVary || !sameVary(&cur, vary) {
-			marker := entry{kind: kindVary, storedAt: respTime.UnixNano(), keyDigest: cachekey.Digest(primary)}
+			marker := entry{kind: kindVary, storedAt: respTime.UnixNano(), keyDigest: cachekey.Digest(primary), fetchSeq: e.fetchSeq, urlDigest: e.urlDigest}
 			p.store.set(primary, appendEntry(nil, &marker, vary, nil))
 		}
-		for _, name := range vary {
-			key = cachekey.AppendVary(key, name, h.PeekBytes(name))
-		}
 	}
-	e.keyDigest = cachekey.Digest(key)
-	enc = appendEntry(nil, e, vary, headers)
 	p.store.set(key, enc)
-	return enc, key
+	return enc, key, true
+}
+
+// newerStored reports whether key holds an entry whose fetch started
+// after seq (callers hold the key's stripe lock).
+func (p *Proxy) newerStored(key []byte, seq int64) bool {
+	b := p.store.get(nil, key)
+	var cur entry
+	return len(b) > 0 && decodeEntry(b, &cur) == nil && cur.kind != kindVary && cur.fetchSeq > seq
 }
 
 func sameVary(e *entry, vary [][]byte) bool {
@@ -385,20 +458,28 @@ func sameVary(e *entry, vary [][]byte) bool {
 
 // refresh handles a 304 to our conditional request: the stored body is
 // kept, fields from the 304 replace stored ones of the same name, and
-// freshness restarts from this response (RFC 9111 §4.3.4).
-func (p *Proxy) refresh(rte *route, req *fasthttp.Request, se *entry, resp *fasthttp.Response, key []byte, reqTime, respTime time.Time, hasAuth bool) (enc, storedKey []byte) {
-	merged := mergeHeaders(se, resp, respTime)
+// freshness restarts from this response (RFC 9111 §4.3.4). Fields that
+// must not be shared (Set-Cookie, unless the route allows it) go to the
+// requester only; a 304 that makes the copy unstorable (private,
+// no-store) is the requester's alone too.
+func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []byte, seq int64, reqTime, respTime time.Time, hasAuth bool) answer {
+	merged, private := mergeHeaders(se, resp, respTime, rte)
 	// Freshness is computed from the merged field set, as if the stored
-	// response had just arrived with the new fields.
+	// response had just arrived with the new fields (Set-Cookie included:
+	// it makes the answer unstorable unless the route allows it).
 	tmp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(tmp)
 	tmp.SetStatusCode(se.status)
 	for _, h := range merged {
 		tmp.Header.AddBytesKV(h.k, h.v)
 	}
+	for _, h := range private {
+		tmp.Header.AddBytesKV(h.k, h.v)
+	}
 	d := decide(hasAuth, tmp, rte, reqTime, respTime)
 	e := *se
 	e.storedAt = respTime.UnixNano()
+	e.fetchSeq = seq
 	e.initialAge, e.lifetime, e.swr, e.sie = int64(d.initialAge), int64(d.lifetime), int64(d.swr), int64(d.sie)
 	if v := tmp.Header.PeekBytes(hETag); len(v) > 0 {
 		e.etag = bytes.Clone(v)
@@ -406,23 +487,43 @@ func (p *Proxy) refresh(rte *route, req *fasthttp.Request, se *entry, resp *fast
 	if v := tmp.Header.PeekBytes(hLastModified); len(v) > 0 {
 		e.lastModified = bytes.Clone(v)
 	}
-	vary := se.varyList()
-	storedKey = bytes.Clone(key)
+	storedKey := bytes.Clone(key)
 	e.keyDigest = cachekey.Digest(storedKey)
-	enc = appendEntry(nil, &e, vary, merged)
-	if d.storable {
-		p.store.set(storedKey, enc)
+	enc := appendEntry(nil, &e, se.varyList(), merged)
+	a := answer{kind: ansRevalidated, entry: enc, key: storedKey, private: private, noShare: !d.storable}
+	if !d.storable {
+		return a
 	}
-	return enc, storedKey
+	if dead, _ := p.iv.verdict(e.fetchSeq, e.urlDigest, e.tags); dead {
+		p.g.overtaken.Inc()
+		a.noShare = true
+		return a
+	}
+	mu := p.stripe(e.keyDigest)
+	mu.Lock()
+	defer mu.Unlock()
+	if p.newerStored(storedKey, e.fetchSeq) {
+		p.g.overtaken.Inc()
+		a.noShare = true
+		return a
+	}
+	p.store.set(storedKey, enc)
+	return a
 }
 
 // writeHitForMiss remembers that key's response could not be shared, so
 // requests skip the coalescing queue for cache.hit_for_miss.
-func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, now time.Time) {
+func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, seq int64, now time.Time) {
 	if rt.hitForMiss <= 0 {
 		return
 	}
-	e := entry{kind: kindHitForMiss, storedAt: now.UnixNano(), lifetime: int64(rt.hitForMiss), keyDigest: cachekey.Digest(key)}
+	e := entry{kind: kindHitForMiss, storedAt: now.UnixNano(), lifetime: int64(rt.hitForMiss), keyDigest: cachekey.Digest(key), fetchSeq: seq}
+	mu := p.stripe(e.keyDigest)
+	mu.Lock()
+	defer mu.Unlock()
+	if p.newerStored(key, e.fetchSeq) {
+		return
+	}
 	p.store.set(key, appendEntry(nil, &e, nil, nil))
 	p.g.hitForMiss.Inc()
 }

@@ -86,40 +86,44 @@ var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0
 
 // globalMetrics are process-wide handles.
 type globalMetrics struct {
-	set           *metrics.Set
-	unrouted      *metrics.Counter
-	badRequests   *metrics.Counter
-	corrupt       *metrics.Counter
-	waiters       *metrics.Counter // requests that joined a fetch in flight
-	waitTimeouts  *metrics.Counter
-	waitOverflow  *metrics.Counter // waiters beyond max_waiters that fetched alone
-	waiting       atomic.Int64
-	hitForMiss    *metrics.Counter // hit-for-miss records written
-	notStored     *metrics.Counter
-	invalidations *metrics.Counter
-	streamed      *metrics.Counter // responses too big to store, streamed through
-	purges        *metrics.Counter
-	reloads       *metrics.Counter
-	reloadFails   *metrics.Counter
+	set              *metrics.Set
+	unrouted         *metrics.Counter
+	badRequests      *metrics.Counter
+	corrupt          *metrics.Counter
+	waiters          *metrics.Counter // requests that joined a fetch in flight
+	waitTimeouts     *metrics.Counter
+	waitOverflow     *metrics.Counter // waiters beyond max_waiters that fetched alone
+	waiting          atomic.Int64
+	hitForMiss       *metrics.Counter // hit-for-miss records written
+	notStored        *metrics.Counter
+	overtaken        *metrics.Counter // answers not stored: invalidated or superseded while in flight
+	peerPurgeRetries *metrics.Counter
+	invalidations    *metrics.Counter
+	streamed         *metrics.Counter // responses too big to store, streamed through
+	purges           *metrics.Counter
+	reloads          *metrics.Counter
+	reloadFails      *metrics.Counter
 }
 
 func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
 	s := metrics.NewSet()
 	g := &globalMetrics{
-		set:           s,
-		unrouted:      s.NewCounter(`shield_unrouted_requests_total`),
-		badRequests:   s.NewCounter(`shield_bad_requests_total`),
-		corrupt:       s.NewCounter(`shield_cache_corrupt_entries_total`),
-		waiters:       s.NewCounter(`shield_coalesced_waiters_total`),
-		waitTimeouts:  s.NewCounter(`shield_coalesced_wait_timeouts_total`),
-		waitOverflow:  s.NewCounter(`shield_coalesced_overflow_total`),
-		hitForMiss:    s.NewCounter(`shield_cache_hit_for_miss_total`),
-		notStored:     s.NewCounter(`shield_cache_not_stored_total`),
-		invalidations: s.NewCounter(`shield_cache_invalidations_total`),
-		streamed:      s.NewCounter(`shield_origin_streamed_responses_total`),
-		purges:        s.NewCounter(`shield_purges_total`),
-		reloads:       s.NewCounter(`shield_config_reloads_total`),
-		reloadFails:   s.NewCounter(`shield_config_reload_failures_total`),
+		set:              s,
+		unrouted:         s.NewCounter(`shield_unrouted_requests_total`),
+		badRequests:      s.NewCounter(`shield_bad_requests_total`),
+		corrupt:          s.NewCounter(`shield_cache_corrupt_entries_total`),
+		waiters:          s.NewCounter(`shield_coalesced_waiters_total`),
+		waitTimeouts:     s.NewCounter(`shield_coalesced_wait_timeouts_total`),
+		waitOverflow:     s.NewCounter(`shield_coalesced_overflow_total`),
+		hitForMiss:       s.NewCounter(`shield_cache_hit_for_miss_total`),
+		notStored:        s.NewCounter(`shield_cache_not_stored_total`),
+		overtaken:        s.NewCounter(`shield_cache_overtaken_total`),
+		peerPurgeRetries: s.NewCounter(`shield_peer_purge_retries_total`),
+		invalidations:    s.NewCounter(`shield_cache_invalidations_total`),
+		streamed:         s.NewCounter(`shield_origin_streamed_responses_total`),
+		purges:           s.NewCounter(`shield_purges_total`),
+		reloads:          s.NewCounter(`shield_config_reloads_total`),
+		reloadFails:      s.NewCounter(`shield_config_reload_failures_total`),
 	}
 	s.NewGauge(`shield_coalesced_waiters`, func() float64 { return float64(g.waiting.Load()) })
 	s.RegisterMetricsWriter(func(w io.Writer) { writeCacheStats(w, cache) })

@@ -24,6 +24,8 @@ var metricHelp = map[string][2]string{
 	"shield_coalesced_wait_timeouts_total":    {"counter", "Waiters that gave up at their own deadline."},
 	"shield_coalesced_overflow_total":         {"counter", "Requests beyond cache.max_waiters that fetched on their own."},
 	"shield_coalesced_waiters":                {"gauge", "Requests waiting on an origin fetch now."},
+	"shield_cache_overtaken_total":            {"counter", "Answers not stored because an invalidation of their URL or tags, or a newer answer, came after their fetch started."},
+	"shield_peer_purge_retries_total":         {"counter", "Purge deliveries to peers retried after a failure."},
 	"shield_cache_hit_for_miss_total":         {"counter", "Hit-for-miss records written (keys whose answer could not be shared)."},
 	"shield_cache_not_stored_total":           {"counter", "Origin answers not stored (private, Set-Cookie, no-store, ...)."},
 	"shield_cache_invalidations_total":        {"counter", "URLs invalidated by successful unsafe requests."},

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/hex"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -14,9 +15,18 @@ import (
 // no stale windows), so the next requests for that key are local hits. It
 // reports false, leaving resp untouched, when the answer cannot be kept
 // (too large, not storable): the caller then relays it as usual.
-func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeConfig, rte *route, sc *scratch, req *fasthttp.Request, resp *fasthttp.Response, reqTime time.Time) bool {
+func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeConfig, rte *route, sc *scratch, req *fasthttp.Request, resp *fasthttp.Response, seq int64, reqTime time.Time) bool {
 	body := resp.Body()
 	if len(body) > rt.maxObject {
+		return false
+	}
+	// Without the entry's tags a tag purge could not reach the copy.
+	st := resp.Header.PeekBytes(hShieldTags)
+	if len(st) == 0 || st[0] != 't' {
+		return false
+	}
+	tags, err := hex.AppendDecode(nil, st[1:])
+	if err != nil || len(tags)%8 != 0 || len(tags) > maxTags*8 {
 		return false
 	}
 	now := time.Now()
@@ -30,9 +40,12 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 			lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
 			body:       body,
 			etag:       bytes.Clone(resp.Header.PeekBytes(hETag)),
+			fetchSeq:   seq,
+			urlDigest:  sc.urlDigest(),
+			tags:       tags,
 		}
 		e.lastModified = bytes.Clone(resp.Header.PeekBytes(hLastModified))
-		headers, vary := storedHeaders(resp, now, rte.policy.AllowSetCookie)
+		headers, vary := storedHeaders(resp, now, rte)
 		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
 		c.nearStored.Inc()
 	}

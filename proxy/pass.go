@@ -19,8 +19,11 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=method")
 	if s := ctx.Response.StatusCode(); s >= 200 && s < 400 && !isSafe(ctx.Request.Header.Method()) {
 		sc := scratchPool.Get().(*scratch)
+		sc.reset()
 		sc.tid = tid
 		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
+		// Every variant of the URL, and any fetch of it still in flight.
+		p.iv.invalidateURL(sc.urlDigest(), false)
 		p.store.del(sc.key)
 		if c := p.cluster.Load(); c != nil && !fromPeer {
 			scheme := "http://"
@@ -59,6 +62,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 		return p.failed(ctx, rte, nil, fl, "shield; fwd=bypass; detail="+fl.detail)
 	}
 	copyResponseHead(&ctx.Response, resp, time.Now())
+	hideTags(&ctx.Response, rte)
 	ctx.Response.Header.Set("Cache-Status", cacheStatus)
 	if r := resp.BodyStream(); r != nil {
 		ctx.Response.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())

@@ -43,6 +43,9 @@ type Proxy struct {
 	// cluster is nil on a single node; set once by SetCluster.
 	cluster atomic.Pointer[cluster]
 	ns      *namespaces
+	iv      *invalidations
+	stripes [64]sync.Mutex // per-key store ordering (stripe)
+	ivMu    sync.Mutex     // serialises saving the invalidation table
 	// reload re-reads the configuration file (set by main).
 	reload atomic.Pointer[func() error]
 
@@ -88,6 +91,10 @@ type route struct {
 	disabled   bool
 	policy     stale.Policy
 	staleOn429 bool
+	// tagHeader names the response field carrying surrogate keys
+	// (space-separated); exposeTags passes it on to clients.
+	tagHeader  []byte
+	exposeTags bool
 	scoped     bool   // tenant is part of the key
 	tenant     []byte // fixed tenant name, or nil
 	origin     *origin
@@ -107,9 +114,17 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	}
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.ns = newNamespaces()
+	p.iv = newInvalidations()
 	if p.cachePath != "" {
 		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {
-			p.logger.Warn("namespace versions unreadable; purged entries may reappear", "err", err)
+			p.logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
+			p.iv.invalidateAll()
+		}
+		if err := p.iv.load(p.cachePath + ".inval"); err != nil && !os.IsNotExist(err) {
+			// Without the table we cannot tell which snapshot entries
+			// were purged: none of them is served.
+			p.logger.Warn("invalidation table unreadable; dropping the snapshot", "err", err)
+			p.iv.invalidateAll()
 		}
 	}
 	p.g = newGlobalMetrics(p.store.c)
@@ -183,6 +198,8 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 				AllowSetCookie:       rc.Cache.AllowSetCookie,
 			},
 			staleOn429: rc.Cache.StaleOn429,
+			tagHeader:  []byte(rc.Cache.SurrogateKeyHeader),
+			exposeTags: rc.Cache.ExposeSurrogateKeys,
 			scoped:     rc.Cache.TenantScoped,
 			origin:     o,
 			m:          m,
@@ -334,9 +351,33 @@ func (p *Proxy) Close() error {
 	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
 		return err
 	}
+	if err := p.saveInvalidations(); err != nil {
+		return err
+	}
 	p.logger.Info("cache snapshot saved", "path", p.cachePath, "took", time.Since(start).String())
 	return nil
 }
 
 // Handler is the public listener's request handler.
 func (p *Proxy) Handler() fasthttp.RequestHandler { return p.serve }
+
+// stripe is the lock ordering stores of one key.
+func (p *Proxy) stripe(digest uint64) *sync.Mutex { return &p.stripes[digest%uint64(len(p.stripes))] }
+
+// saveInvalidations persists the invalidation table and namespace
+// versions beside the snapshot (after every purge, so that a crash does
+// not forget one).
+func (p *Proxy) saveInvalidations() error {
+	if p.cachePath == "" {
+		return nil
+	}
+	p.ivMu.Lock()
+	defer p.ivMu.Unlock()
+	if err := os.MkdirAll(parentDir(p.cachePath), 0o755); err != nil {
+		return fmt.Errorf("proxy: save invalidations: %w", err)
+	}
+	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
+		return err
+	}
+	return p.iv.save(p.cachePath + ".inval")
+}

@@ -8,30 +8,31 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
 )
 
-// Purge (DESIGN §9).
+// Purge.
 //
-//   - By URL: the URL's primary entry is deleted. A vary marker lives
-//     there, and variants stored before their marker are ignored, so every
-//     variant goes at once. Soft purge instead marks the entry stale now:
-//     it can still be served inside its stale-while-revalidate and
-//     stale-if-error windows (measured from the purge), and the next
-//     request refreshes it.
+//   - By URL and by tag (surrogate key): an entry in the invalidation
+//     table (inval.go) makes every entry of that URL — all key_headers
+//     and Vary variants — or carrying that tag, fetched before the purge,
+//     a miss; a soft purge makes them stale from the purge instant (they
+//     can still be served inside their stale-while-revalidate and
+//     stale-if-error windows, measured from the purge, and the next
+//     request refreshes them). O(1) per purge, whatever the cache holds.
+//     The URL's primary entry is also deleted, to free it at once.
 //   - By namespace: every key carries a namespace version (route version
 //     in the high 16 bits, tenant version in the low 16 for tenant-scoped
 //     routes). Bumping a version makes every older key unreachable at
 //     once, O(1); fastcache evicts the orphans in time. A version wraps
 //     after 65536 purges of one route or tenant.
 //
-// Versions live in memory and, when cache.path is set, in a sidecar file
-// saved with the snapshot, so a warm restart does not resurrect purged
-// entries.
+// Both live in memory and, when cache.path is set, in sidecar files
+// rewritten after every purge and saved with the snapshot, so a restart
+// does not resurrect purged entries.
 
 // namespaces holds the namespace versions. Reads are lock-free snapshots.
 type namespaces struct {
@@ -108,7 +109,7 @@ func (n *namespaces) load(path string) error {
 
 // PurgeResult says what a purge did.
 type PurgeResult struct {
-	Kind      string `json:"kind"` // url, soft-url, route, tenant
+	Kind      string `json:"kind"` // url, soft-url, tag, soft-tag, route, tenant
 	Target    string `json:"target"`
 	Found     bool   `json:"found,omitempty"`
 	Namespace uint16 `json:"namespace,omitempty"`
@@ -119,11 +120,33 @@ var errPurge = errors.New("proxy: bad purge request")
 
 // Purge applies one purge on this node. args are the admin query
 // parameters: url (absolute, with soft=1 for a soft purge and tenant= for
-// tenant-scoped routes), or route, or tenant.
+// tenant-scoped routes), or tag (with soft=1), or route, or tenant.
 func (p *Proxy) Purge(args url.Values) (PurgeResult, error) {
+	res, err := p.purge(args)
+	if err == nil {
+		if serr := p.saveInvalidations(); serr != nil {
+			p.logger.Error("purge applied but not persisted", "err", serr)
+		}
+	}
+	return res, err
+}
+
+func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
+	soft := args.Get("soft") == "1" || args.Get("soft") == "true"
 	switch {
 	case args.Get("url") != "":
-		return p.purgeURL(args.Get("url"), args.Get("tenant"), args.Get("soft") == "1" || args.Get("soft") == "true")
+		return p.purgeURL(args.Get("url"), args.Get("tenant"), soft)
+	case args.Get("tag") != "":
+		tag := args.Get("tag")
+		if len(tag) > 1024 {
+			return PurgeResult{}, fmt.Errorf("%w: tag longer than 1024 bytes", errPurge)
+		}
+		p.iv.invalidateTag([]byte(tag), soft)
+		kind := "tag"
+		if soft {
+			kind = "soft-tag"
+		}
+		return PurgeResult{Kind: kind, Target: tag}, nil
 	case args.Get("route") != "":
 		name := args.Get("route")
 		if !p.hasRoute(name) {
@@ -136,7 +159,7 @@ func (p *Proxy) Purge(args url.Values) (PurgeResult, error) {
 		v := p.ns.bump(&p.ns.tenants, name)
 		return PurgeResult{Kind: "tenant", Target: name, Namespace: v}, nil
 	}
-	return PurgeResult{}, fmt.Errorf("%w: give url=, route= or tenant=", errPurge)
+	return PurgeResult{}, fmt.Errorf("%w: give url=, tag=, route= or tenant=", errPurge)
 }
 
 func (p *Proxy) hasRoute(name string) bool {
@@ -179,31 +202,18 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 	if rte.scoped {
 		parts.Tenant = tid
 	}
-	key := cachekey.Append(nil, rte.rules, &parts)
+	urlPart := cachekey.AppendURL(nil, rte.rules, &parts)
+	p.iv.invalidateURL(cachekey.Digest(urlPart), soft)
+	key := rte.rules.AppendHeaders(urlPart, nil)
 	res := PurgeResult{Kind: "url", Target: raw}
 	b := p.store.get(nil, key)
 	var e entry
 	res.Found = len(b) > 0 && decodeEntry(b, &e) == nil
-	if !soft {
-		p.store.del(key)
+	if soft {
+		res.Kind = "soft-url"
 		return res, nil
 	}
-	res.Kind = "soft-url"
-	if !res.Found {
-		return res, nil
-	}
-	now := time.Now().UnixNano()
-	switch e.kind {
-	case kindResponse, kindNearCopy:
-		// Stale from now: lifetime = current age.
-		e.lifetime = min(e.lifetime, e.initialAge+(now-e.storedAt))
-	case kindVary:
-		// Variants stored before now become stale at now (lookup).
-		e.lifetime = now
-	default:
-		return res, nil
-	}
-	p.store.set(key, appendEntry(nil, &e, e.varyList(), e.headerList()))
+	p.store.del(key)
 	return res, nil
 }
 

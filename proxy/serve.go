@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -32,7 +33,22 @@ type scratch struct {
 	hotRate   float64     // sampled request rate of a forwarded key (0: not sampled)
 	ownerID   string      // the owner a request was forwarded to
 	prevOwner *peerClient // the key's previous owner, inside the overlap window
+	urlLen    int         // key[:urlLen] names the URL (cachekey.AppendURL)
 }
+
+// reset clears every per-request field of a pooled scratch, keeping the
+// buffers' capacity: nothing of an earlier request (a previous owner, a
+// tenant, a hot rate) may steer this one.
+func (sc *scratch) reset() {
+	sc.key, sc.vkey, sc.tmp, sc.hdrs = sc.key[:0], sc.vkey[:0], sc.tmp[:0], sc.hdrs[:0]
+	sc.cc.Reset()
+	sc.tenant, sc.tid, sc.fromPeer = nil, nil, false
+	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
+}
+
+// urlDigest identifies the request's URL for invalidation: every key
+// and Vary variant of one URL shares it.
+func (sc *scratch) urlDigest() uint64 { return cachekey.Digest(sc.key[:sc.urlLen]) }
 
 var scratchPool = sync.Pool{New: func() any {
 	return &scratch{key: make([]byte, 0, 256), vkey: make([]byte, 0, 256), tmp: make([]byte, 0, 64)}
@@ -133,9 +149,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
+	sc.reset()
 	sc.tenant, sc.tid, sc.fromPeer = t, tid, fromPeer
 
-	sc.cc.Reset()
 	if v := h.PeekBytes(hCacheControl); len(v) > 0 {
 		sc.cc.Parse(v)
 	} else if stale.PragmaNoCache(h.PeekBytes(hPragma)) {
@@ -260,7 +276,6 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		return b, lkMiss
 	}
 	if e.kind == kindVary {
-		marker := *e // fields only; slices are not used after the next get
 		markerAt := e.storedAt
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
 		b, verified = p.store.getVerified(b, sc.vkey)
@@ -274,15 +289,19 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		if e.storedAt < markerAt || e.kind == kindVary {
 			return b, lkVaryMiss
 		}
-		if softAt := marker.lifetime; softAt > 0 && e.storedAt < softAt {
-			// Soft-purged: stale from the purge instant on.
-			e.lifetime = min(e.lifetime, e.initialAge+(softAt-e.storedAt))
-		}
 	}
 	if e.kind == kindHitForMiss {
 		if ctx.Time().UnixNano() < e.storedAt+e.lifetime {
 			return b, lkHitForMiss
 		}
+		if len(sc.vkey) > 0 {
+			return b, lkVaryMiss
+		}
+		return b, lkMiss
+	}
+	// Purged (by URL or tag) since this entry's fetch started: a miss;
+	// soft-purged: stale from the purge on (inval.go).
+	if !p.iv.apply(e) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}
@@ -343,7 +362,10 @@ func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch, nam
 	if r.scoped {
 		parts.Tenant = sc.tid
 	}
-	return cachekey.Append(dst, r.rules, &parts)
+	start := len(dst)
+	dst = cachekey.AppendURL(dst, r.rules, &parts)
+	sc.urlLen = len(dst) - start
+	return r.rules.AppendHeaders(dst, sc.hdrs)
 }
 
 var (
@@ -365,12 +387,27 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 	ttl := (time.Duration(e.lifetime) - age) / time.Second
 	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], cacheStatus...), int64(ttl), 10)
 	resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
+	sc.peerTags(resp, e)
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
 		resp.SwapBody(b[:0])
 		return
 	}
 	resp.SwapBody(b[:len(e.body)])
+}
+
+// hShieldTags carries an entry's surrogate key digests to the edge that
+// forwarded the request ("t" and hex), so that a near copy it keeps is
+// reached by tag purges too; edges keep no near copy of an answer
+// without it, and never pass it on.
+var hShieldTags = []byte("Shield-Tags")
+
+func (sc *scratch) peerTags(resp *fasthttp.Response, e *entry) {
+	if !sc.fromPeer {
+		return
+	}
+	sc.tmp = hex.AppendEncode(append(sc.tmp[:0], 't'), e.tags)
+	resp.Header.SetBytesKV(hShieldTags, sc.tmp)
 }
 
 // notModified evaluates the client's conditional headers against e.

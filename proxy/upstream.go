@@ -147,7 +147,8 @@ func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, 
 // response's Vary names (lower-case, sorted, unique). Via is stored
 // already combined with ours; Date is added when the origin sent none
 // (RFC 9110 §6.6.1).
-func storedHeaders(resp *fasthttp.Response, now time.Time, allowSetCookie bool) ([]header, [][]byte) {
+func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route) ([]header, [][]byte) {
+	allowSetCookie := rte.policy.AllowSetCookie
 	conn := resp.Header.PeekBytes(hConnection)
 	var hs []header
 	var via []byte
@@ -160,7 +161,7 @@ func storedHeaders(resp *fasthttp.Response, now time.Time, allowSetCookie bool) 
 		case bytes.EqualFold(k, hVia):
 			via = append(append(via, v...), ", "...)
 			continue
-		case bytes.EqualFold(k, hSetCookie) && !allowSetCookie:
+		case bytes.EqualFold(k, hSetCookie) && !allowSetCookie, rte.hidesTag(k):
 			continue
 		case bytes.EqualFold(k, hVary):
 			vary = appendVaryNames(vary, v)
@@ -192,20 +193,42 @@ func appendVaryNames(dst [][]byte, v []byte) [][]byte {
 // mergeHeaders applies a 304's fields to a stored entry's: a field the
 // 304 carries replaces every stored field of that name (RFC 9111 §3.2),
 // except those describing the body, which the 304 does not update.
-func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time) []header {
+// Set-Cookie (unless the route allows storing it) is returned apart, in
+// private: it belongs to the requester, never to the stored copy.
+func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time, rte *route) (merged, private []header) {
 	conn := resp.Header.PeekBytes(hConnection)
 	var fresh []header
 	for k, v := range resp.Header.All() {
 		if isHopByHop(k, conn) || notStored(k) || bytes.EqualFold(k, []byte("Content-Type")) ||
-			bytes.EqualFold(k, []byte("Content-Encoding")) || bytes.EqualFold(k, []byte("Content-Range")) {
+			bytes.EqualFold(k, []byte("Content-Encoding")) || bytes.EqualFold(k, []byte("Content-Range")) ||
+			rte.hidesTag(k) {
 			continue
 		}
-		fresh = append(fresh, header{k: bytes.Clone(k), v: bytes.Clone(v)})
+		h := header{k: bytes.Clone(k), v: bytes.Clone(v)}
+		if bytes.EqualFold(k, hSetCookie) && !rte.policy.AllowSetCookie {
+			private = append(private, h)
+			continue
+		}
+		fresh = append(fresh, h)
 	}
 	out := slices.DeleteFunc(se.headerList(), func(old header) bool {
 		return slices.ContainsFunc(fresh, func(h header) bool { return bytes.EqualFold(h.k, old.k) })
 	})
-	return append(out, fresh...)
+	return append(out, fresh...), private
+}
+
+// hidesTag reports whether k is the route's surrogate-key field and
+// clients must not see it.
+func (r *route) hidesTag(k []byte) bool {
+	return !r.exposeTags && len(r.tagHeader) > 0 && bytes.EqualFold(k, r.tagHeader)
+}
+
+// hideTags removes the route's surrogate-key field from a response
+// passed through to a client, unless the route exposes it.
+func hideTags(resp *fasthttp.Response, r *route) {
+	if !r.exposeTags && len(r.tagHeader) > 0 {
+		resp.Header.DelBytes(r.tagHeader)
+	}
 }
 
 // generatedStatus writes a shield-made response with a Cache-Status.
