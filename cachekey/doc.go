@@ -57,7 +57,9 @@
 //   - query: the canonical query of [Rules.AppendQuery]: Parts.Query split on
 //     '&' only; empty parameters dropped; parameters whose name (the raw
 //     bytes before the first '=', or the whole parameter when it has no '=')
-//     equals a configured ignored name byte for byte are dropped; the rest
+//     equals a configured ignored name byte for byte are dropped, unless the
+//     parameter contains ';' (origins that also split on ';' would read the
+//     rest as another parameter, which must then be in the key); the rest
 //     sorted by name in bytewise order, stably (parameters with equal names
 //     keep their order, because a=1&a=2 and a=2&a=1 mean different things to
 //     many APIs); joined with '&'. Names and values stay raw, so "a", "a=" and

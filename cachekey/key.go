@@ -9,7 +9,7 @@ import (
 // Version is the key layout version, the first byte of every key. Bump it when
 // the layout or any normalisation changes: keys outlive the process (cache
 // files) and must agree between nodes (rendezvous).
-const Version byte = 1
+const Version byte = 2
 
 // varyTag precedes every Vary dimension appended by AppendVary.
 const varyTag byte = 'V'

@@ -90,7 +90,10 @@ func (r *Rules) params(ps []param, q []byte) ([]param, int) {
 			} else {
 				nameEnd += start
 			}
-			if name := q[start:nameEnd]; !r.ignored(name) {
+			// A parameter carrying ';' is never ignored: many origins
+			// also split on ';', and "utm_source=x;callback=evil" must
+			// not hide a parameter from the key.
+			if name := q[start:nameEnd]; !r.ignored(name) || bytes.IndexByte(q[start:end], ';') >= 0 {
 				ps = append(ps, param{namePrefix(name), start, nameEnd, end})
 				if n > 0 {
 					n++ // the '&' before it

@@ -105,3 +105,18 @@ func TestAppendQueryManyIgnored(t *testing.T) {
 		t.Errorf("AppendQuery(%q) = %q, want %q", q, got, want)
 	}
 }
+
+// TestIgnoredParamWithSemicolonKept: "utm_source=x;callback=evil" is not
+// dropped, since an origin may read ";callback=evil" as a parameter.
+func TestIgnoredParamWithSemicolonKept(t *testing.T) {
+	r, err := NewRules([]string{"utm_source"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(r.AppendQuery(nil, []byte("a=1&utm_source=x;callback=evil"))); got != "a=1&utm_source=x;callback=evil" {
+		t.Fatalf("AppendQuery = %q, want the ';' parameter kept", got)
+	}
+	if got := string(r.AppendQuery(nil, []byte("a=1&utm_source=x"))); got != "a=1" {
+		t.Fatalf("AppendQuery = %q, want utm_source dropped", got)
+	}
+}

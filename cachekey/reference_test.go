@@ -54,7 +54,7 @@ func refQuery(ignore []string, q string) string {
 	var kept []string
 	for _, p := range strings.Split(q, "&") {
 		name, _, _ := strings.Cut(p, "=")
-		if p == "" || containsString(ignore, name) {
+		if p == "" || (containsString(ignore, name) && !strings.Contains(p, ";")) {
 			continue
 		}
 		kept = append(kept, p)

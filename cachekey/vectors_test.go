@@ -215,7 +215,7 @@ func TestVectorsHandChecked(t *testing.T) {
 	want := map[string][]byte{
 		// minimal: Route "r", scheme "http", host "a", path "/".
 		"minimal": {
-			0x01,                   // Version
+			Version,                // Version
 			0x00, 0x00, 0x00, 0x00, // namespace 0, big-endian
 			0x01, 'r', // field(route)
 			0x04, 'h', 't', 't', 'p', // field(scheme)
@@ -229,7 +229,7 @@ func TestVectorsHandChecked(t *testing.T) {
 		// "a=1&b=2", tenant "t", one key header x-device=tablet, and one Vary
 		// dimension accept=application/json.
 		"max namespace": append(append(append([]byte{
-			0x01,                   // Version
+			Version,                // Version
 			0xFF, 0xFF, 0xFF, 0xFF, // namespace
 			0x03, 'a', 'p', 'i', // field(route)
 			0x05, 'h', 't', 't', 'p', 's', // field(scheme)
@@ -247,7 +247,7 @@ func TestVectorsHandChecked(t *testing.T) {
 		// long path: the 200-byte path takes a two-byte uvarint,
 		// 200 = 0b1_1001000 → 0xC8 0x01.
 		"long path": append(append(append([]byte{
-			0x01, 0x00, 0x00, 0x00, 0x00,
+			Version, 0x00, 0x00, 0x00, 0x00,
 			0x03, 'a', 'p', 'i',
 			0x05, 'h', 't', 't', 'p', 's',
 			0x0b}, "example.com"...),

@@ -87,6 +87,12 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 		p.generated(ctx, fasthttp.StatusBadRequest, "invalid Host")
 		return
 	}
+	// From here on the request is the one the origin will see (sanitize.go).
+	if msg := sanitize(ctx); msg != "" {
+		p.g.badRequests.Inc()
+		p.generated(ctx, fasthttp.StatusBadRequest, msg)
+		return
+	}
 	r := rt.table.Match(h.Host(), ctx.Request.URI().PathOriginal())
 	if r == nil {
 		p.g.unrouted.Inc()

@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/cachekey"
+)
+
+// Requests are made to mean one thing before anything is derived from
+// them: the route, the cache key, the tenant and the Vary values are read
+// from exactly the request the origin will receive, so no part of a
+// request can make shield store an answer under a key that does not
+// describe it.
+//
+//   - Field names must be tokens (RFC 9110 §5.1): "Content Length: 5"
+//     is 400, not a header one side ignores and the other reads.
+//   - Fields nominated by Connection are removed from the request up
+//     front (they are hop-by-hop and never reach the origin), so they
+//     cannot feed a key header, a tenant header or a Vary value.
+//   - Host is rewritten to its canonical form (lower case, no trailing
+//     dot, no default port), the form the key uses, before routing.
+//   - Paths with dot segments or encoded slashes, dots or backslashes are
+//     400: an origin that resolves them would serve another path than
+//     the one routed and keyed ("/public/../private/me").
+
+// sanitize applies the rules above; msg is non-empty when the request
+// must be refused. It does not allocate for ordinary requests.
+func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
+	h := &ctx.Request.Header
+	for k := range h.All() {
+		if !isTokenBytes(k) {
+			return "invalid header field name"
+		}
+	}
+	if conn := h.PeekBytes(hConnection); len(conn) > 0 && nominatesFields(conn) {
+		var names [][]byte
+		for item := range bytes.SplitSeq(conn, []byte(",")) {
+			item = bytes.TrimSpace(item)
+			if len(item) > 0 && !isConnectionOption(item) {
+				names = append(names, bytes.Clone(item))
+			}
+		}
+		for _, n := range names {
+			h.DelBytes(n)
+		}
+	}
+	var buf [256]byte
+	scheme := schemeHTTP
+	if ctx.IsTLS() {
+		scheme = schemeHTTPS
+	}
+	host := h.Host()
+	if canon := cachekey.AppendHost(buf[:0], scheme, host); !bytes.Equal(canon, host) && len(canon) > 0 {
+		h.SetHostBytes(canon)
+	}
+	if !cleanPath(ctx.Request.URI().PathOriginal()) {
+		return "path with dot segments or encoded separators"
+	}
+	return ""
+}
+
+// nominatesFields reports whether a Connection value names anything but
+// the connection options close and keep-alive.
+func nominatesFields(conn []byte) bool {
+	for len(conn) > 0 {
+		var item []byte
+		if i := bytes.IndexByte(conn, ','); i >= 0 {
+			item, conn = conn[:i], conn[i+1:]
+		} else {
+			item, conn = conn, nil
+		}
+		item = bytes.TrimSpace(item)
+		if len(item) > 0 && !isConnectionOption(item) {
+			return true
+		}
+	}
+	return false
+}
+
+func isConnectionOption(tok []byte) bool {
+	return bytes.EqualFold(tok, []byte("close")) || bytes.EqualFold(tok, []byte("keep-alive"))
+}
+
+// cleanPath reports whether p has no "." or ".." segment, in plain or
+// percent-encoded form, and no encoded '/', '\\' or '.', nor a raw '\\'.
+func cleanPath(p []byte) bool {
+	if bytes.IndexByte(p, '\\') >= 0 {
+		return false
+	}
+	if i := bytes.IndexByte(p, '%'); i >= 0 {
+		for ; i >= 0 && i+2 < len(p); i = indexFrom(p, '%', i+1) {
+			switch c1, c2 := p[i+1], p[i+2]|0x20; {
+			case c1 == '2' && (c2 == 'f' || c2 == 'e'), c1 == '5' && c2 == 'c':
+				return false
+			}
+		}
+	}
+	for start := 0; start <= len(p); {
+		end := indexFrom(p, '/', start)
+		if end < 0 {
+			end = len(p)
+		}
+		seg := p[start:end]
+		if (len(seg) == 1 && seg[0] == '.') || (len(seg) == 2 && seg[0] == '.' && seg[1] == '.') {
+			return false
+		}
+		start = end + 1
+	}
+	return true
+}
+
+func indexFrom(p []byte, c byte, from int) int {
+	if from >= len(p) {
+		return -1
+	}
+	if i := bytes.IndexByte(p[from:], c); i >= 0 {
+		return from + i
+	}
+	return -1
+}
+
+// isTokenBytes reports whether b is a non-empty RFC 9110 token.
+func isTokenBytes(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c >= 0x80 || !tokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenChars = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()

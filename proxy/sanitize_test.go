@@ -1,0 +1,129 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
+)
+
+// rawCtx parses a raw request as the server would, or reports that the
+// server's parser refuses it (which is a 400 too).
+func rawCtx(t *testing.T, raw string) (*fasthttp.RequestCtx, bool) {
+	t.Helper()
+	var req fasthttp.Request
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		return nil, false
+	}
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(&req, clientAddr, nil)
+	return ctx, true
+}
+
+// TestRefusedRequests: requests an origin could read differently from
+// the key are 400, before any origin sees them.
+func TestRefusedRequests(t *testing.T) {
+	o := newTestOrigin(t, cacheable("x"))
+	p := newTestProxy(t, o.addr(), nil)
+	for name, raw := range map[string]string{
+		"space in field name": "GET / HTTP/1.1\r\nHost: example.com\r\nContent Length: 5\r\n\r\n",
+		"colon-less garbage":  "GET / HTTP/1.1\r\nHost: example.com\r\nX\x01Y: 1\r\n\r\n",
+		"dot-dot":             "GET /public/../private/me HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"dot":                 "GET /public/./x HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"encoded dot-dot":     "GET /public/%2e%2E/private/me HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"encoded slash":       "GET /public%2Fprivate HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"backslash":           "GET /public\\..\\private HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"encoded backslash":   "GET /public%5c..%5cprivate HTTP/1.1\r\nHost: example.com\r\n\r\n",
+		"trailing dot-dot":    "GET /public/.. HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, ok := rawCtx(t, raw)
+			if !ok {
+				t.Logf("refused by the request parser itself (a 400)")
+				return
+			}
+			before := o.hits.Load()
+			if s := summary(serve(p, ctx)); s.code != 400 || !strings.Contains(s.cacheStatus, "detail=generated") {
+				t.Fatalf("%q = %+v, want shield's own 400", raw, s)
+			}
+			if o.hits.Load() != before {
+				t.Fatal("the origin saw a refused request")
+			}
+		})
+	}
+}
+
+// TestConnectionNominatedHeadersDoNotKey: a key header (or Vary header)
+// nominated by Connection never reaches the origin, so it must not
+// choose the variant the answer is stored under either.
+func TestConnectionNominatedHeadersDoNotKey(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = fmt.Fprintf(w, "api=%q", r.Header.Get("X-Api-Version"))
+	})
+	p := newTestProxy(t, o.addr(), func(c *config.Config) { c.Routes[0].Cache.KeyHeaders = []string{"X-Api-Version"} })
+	serve(p, get(t, "/v", "X-Api-Version: 2", "Connection: keep-alive, X-Api-Version"))
+	honest := summary(serve(p, get(t, "/v", "X-Api-Version: 2")))
+	if honest.body != `api="2"` {
+		t.Fatalf("honest request = %+v: poisoned by a Connection-nominated header", honest)
+	}
+}
+
+// TestHostCanonicalForOrigin: the origin sees the Host the key uses.
+func TestHostCanonicalForOrigin(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = fmt.Fprintf(w, "host=%s", r.Host)
+	})
+	p := newTestProxy(t, o.addr(), nil)
+	for _, host := range []string{"EXAMPLE.com.", "example.com:80", "Example.Com"} {
+		ctx, ok := rawCtx(t, "GET /h HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+		if !ok {
+			t.Fatalf("Host %q refused by the parser", host)
+		}
+		if s := summary(serve(p, ctx)); s.code != 200 || s.body != "host=example.com" {
+			t.Fatalf("Host %q: answer %+v, want the origin to see example.com", host, s)
+		}
+	}
+}
+
+// TestIgnoredQueryCannotHideParameters: an ignored parameter carrying ';'
+// stays in the key.
+func TestIgnoredQueryCannotHideParameters(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = fmt.Fprintf(w, "q=%s", r.URL.RawQuery)
+	})
+	p := newTestProxy(t, o.addr(), func(c *config.Config) { c.Routes[0].Cache.IgnoreQuery = []string{"utm_source"} })
+	serve(p, get(t, "/q?utm_source=x;callback=evil"))
+	if s := summary(serve(p, get(t, "/q?utm_source=y"))); strings.Contains(s.body, "evil") {
+		t.Fatalf("plain request got the poisoned answer: %+v", s)
+	}
+}
+
+// FuzzCleanPath: no accepted path has a dot segment once percent-decoded.
+func FuzzCleanPath(f *testing.F) {
+	for _, s := range []string{"/", "/a/b", "/a/../b", "/%2e%2e/", "/a%2fb", "/..", "/.a/..b", "/%", "/%2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if !cleanPath([]byte(p)) {
+			return
+		}
+		dec, err := url.PathUnescape(p)
+		if err != nil {
+			return
+		}
+		for _, seg := range strings.Split(dec, "/") {
+			if seg == "." || seg == ".." || strings.Contains(seg, "\\") {
+				t.Fatalf("cleanPath(%q) accepted; decoded %q has segment %q", p, dec, seg)
+			}
+		}
+	})
+}
