@@ -8,8 +8,21 @@ BIN     := bin
 CACHE   ?= $(HOME)/.cache/shield
 CONSUL  := $(CACHE)/consul
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# staticcheck, pinned, built once per machine beside the Consul agent.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CACHE)/staticcheck-$(STATICCHECK_VERSION)
+# testreport turns `go test -json` into go test's usual output plus a
+# count of skipped tests; under CI=true any skip fails (internal/testreport).
+TESTREPORT := $(BIN)/testreport
+# Unit packages: everything but the suites that start real processes
+# (e2e, deploy), which test-e2e runs after building the binaries.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/deploy$$')
 
-.PHONY: all build run test test-unit test-e2e bench fuzz fuzz-short vet fmt-check consul clean
+# Recipes pipe go test into testreport: a failing go test must fail make.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+
+.PHONY: all build run test test-unit test-e2e bench fuzz fuzz-short vet fmt-check tidy-check staticcheck consul clean
 
 all: build
 
@@ -21,23 +34,40 @@ build:
 run: build
 	scripts/run.sh
 
-## test: format, vet, unit tests with the race detector, allocation tests, short fuzz runs, e2e.
-test: fmt-check vet test-unit fuzz-short test-e2e
+## test: format, go mod tidy, vet, staticcheck, unit tests with the race
+## detector, allocation tests, short fuzz runs, e2e. Each test step prints
+## its count of skipped tests; under CI=true a skip fails it.
+test: fmt-check tidy-check vet staticcheck test-unit fuzz-short test-e2e
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# go.mod and go.sum must already be what `go mod tidy` makes them.
+tidy-check:
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
 vet:
 	$(GO) vet ./...
 
-test-unit:
-	$(GO) test -race -short -count=1 ./...
-	# allocation tests are excluded under -race; run them without it
-	$(GO) test -count=1 -run 'Allocs' ./...
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) ./...
 
-test-e2e: build consul
-	CONSUL_BIN=$(CONSUL) $(GO) test -count=1 -timeout 15m ./deploy/ ./e2e/
+$(STATICCHECK):
+	mkdir -p $(CACHE)/staticcheck-build
+	GOBIN=$(CACHE)/staticcheck-build $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(CACHE)/staticcheck-build/staticcheck $@
+
+$(TESTREPORT): $(wildcard internal/testreport/*.go)
+	$(GO) build -o $@ ./internal/testreport
+
+test-unit: consul $(TESTREPORT)
+	CONSUL_BIN=$(CONSUL) $(GO) test -json -race -count=1 $(UNIT_PKGS) | $(TESTREPORT) -label unit
+	# allocation tests are excluded under -race; run them without it
+	$(GO) test -json -count=1 -run 'Allocs' $(UNIT_PKGS) | $(TESTREPORT) -label allocs
+
+test-e2e: build consul $(TESTREPORT)
+	CONSUL_BIN=$(CONSUL) $(GO) test -json -count=1 -timeout 20m ./deploy/ ./e2e/ | $(TESTREPORT) -label e2e
 
 ## fuzz-short: every fuzz target for a few seconds (part of make test).
 fuzz-short:

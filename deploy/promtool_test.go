@@ -10,18 +10,17 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/shield-proxy/shield/internal/testenv"
 )
 
-// promtool returns the promtool binary. Missing, it fails the test (CI
-// installs the Debian package prometheus), except under -short.
+// promtool returns the promtool binary. Missing, it skips locally and
+// fails under CI (.ci/run installs the Debian package prometheus).
 func promtool(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		if testing.Short() {
-			t.Skip("promtool not installed (apt-get install prometheus); skipped under -short")
-		}
-		t.Fatalf("promtool not installed: apt-get install prometheus (.ci/run does): %v", err)
+		testenv.Missing(t, "promtool not installed: apt-get install prometheus (.ci/run does): %v", err)
 	}
 	return p
 }

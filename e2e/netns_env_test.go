@@ -36,6 +36,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shield-proxy/shield/internal/testenv"
 )
 
 // netnsClusterNet is the cluster network inside the namespaces; it is
@@ -68,12 +70,12 @@ func netnsIP(args ...string) (string, error) {
 }
 
 // newNetnsLab builds the switch namespace, its bridges and the host link,
-// or skips t when namespaces cannot be made here (not root, no
-// CAP_NET_ADMIN, no ip(8)).
+// or ends t (internal/testenv: a skip locally, a failure in CI) when
+// namespaces cannot be made here (not root, no CAP_NET_ADMIN, no ip(8)).
 func newNetnsLab(t *testing.T) *netnsLab {
 	t.Helper()
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("netns: no ip(8) on PATH (%v): the partition test needs iproute2", err)
+		testenv.Missing(t, "netns: no ip(8) on PATH (%v): the partition test needs iproute2", err)
 	}
 	b := make([]byte, 2)
 	if _, err := rand.Read(b); err != nil {
@@ -83,7 +85,7 @@ func newNetnsLab(t *testing.T) *netnsLab {
 	l.switchNS = "shns" + l.id + "s"
 	l.hostLink = "sh" + l.id + "h"
 	if out, err := netnsIP("netns", "add", l.switchNS); err != nil {
-		t.Skipf("netns: cannot create a network namespace (needs root or CAP_NET_ADMIN): %v %s", err, out)
+		testenv.Missing(t, "netns: cannot create a network namespace (needs root or CAP_NET_ADMIN): %v %s", err, out)
 	}
 	t.Cleanup(l.teardown)
 	l.svcNet = l.freeServiceNet()
@@ -127,7 +129,7 @@ func (l *netnsLab) freeServiceNet() string {
 			return s
 		}
 	}
-	l.t.Skipf("netns: no free 10.77.x.0/24 for the service network on this host")
+	testenv.Missing(l.t, "netns: no free 10.77.x.0/24 for the service network on this host")
 	return ""
 }
 

@@ -56,10 +56,8 @@ var scratchPool = sync.Pool{New: func() any {
 
 // Fixed Cache-Status values (RFC 9211). "shield" is the cache's name.
 var (
-	csHit        = []byte("shield; hit")
-	csHitTTL     = []byte("shield; hit; ttl=")
-	csStaleSWR   = []byte("shield; hit; fwd=stale; detail=stale-while-revalidate; ttl=")
-	csPassMethod = []byte("shield; fwd=method")
+	csHitTTL   = []byte("shield; hit; ttl=")
+	csStaleSWR = []byte("shield; hit; fwd=stale; detail=stale-while-revalidate; ttl=")
 )
 
 // serve is the public request handler: DESIGN §1 for one node.

@@ -12,10 +12,10 @@ import (
 
 const propertyKeys = 100_000
 
+// propertyDigests runs under -short too: the whole file takes well under
+// a second, so there is nothing to gain by skipping it.
 func propertyDigests(t *testing.T) []uint64 {
-	if testing.Short() {
-		t.Skip("distribution test: slow under -short")
-	}
+	t.Helper()
 	return testDigests(propertyKeys)
 }
 
@@ -138,9 +138,6 @@ func TestRemovingNodeMovesOnlyItsKeys(t *testing.T) {
 // their low bits (not what cachekey produces, but a cheap adversary) spread
 // evenly.
 func TestSequentialDigests(t *testing.T) {
-	if testing.Short() {
-		t.Skip("distribution test: slow under -short")
-	}
 	const n = 7
 	s := mustSet(t, "", testPeers(n, 1))
 	counts := make([]int, n)
