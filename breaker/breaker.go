@@ -69,14 +69,21 @@ func New(name string, s Settings, onChange func(name string, from, to State)) *B
 
 // readyToTrip is gobreaker's ReadyToTrip for s. gobreaker calls it with the
 // window's counts after each failure in the closed state.
+//
+// Consecutive failures decide only while the window holds fewer than
+// MinRequests outcomes; from then on the failure ratio does. Under load,
+// one endpoint that fails every time while the others succeed produces
+// runs of consecutive failures just by interleaving (one endpoint in five
+// gives a run of 5 every 3125 requests), which must not open the breaker
+// for the whole origin; its ratio (0.2) stays below FailureRatio. A dead
+// origin fails every request, so the ratio trips it as fast.
 func readyToTrip(s Settings) func(gobreaker.Counts) bool {
 	return func(c gobreaker.Counts) bool {
-		if c.ConsecutiveFailures >= s.ConsecutiveFailures {
-			return true
-		}
 		decided := uint64(c.TotalSuccesses) + uint64(c.TotalFailures)
-		return decided >= uint64(s.MinRequests) &&
-			float64(c.TotalFailures) >= s.FailureRatio*float64(decided)
+		if decided < uint64(s.MinRequests) {
+			return c.ConsecutiveFailures >= s.ConsecutiveFailures
+		}
+		return float64(c.TotalFailures) >= s.FailureRatio*float64(decided)
 	}
 }
 

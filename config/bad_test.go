@@ -171,7 +171,7 @@ origins:
     servers: []
   c:
     servers:
-      - http://c.internal:80
+      - ftp://c.internal:80
       - c.internal
       - :80
       - c.internal:0
@@ -181,7 +181,7 @@ routes: [{name: r, hosts: ["*"], origin: b}]
 `, nil, []want{
 			{4, "origins.API", `origin name "API" must match`},
 			{6, "origins.b.servers", "at least one server"},
-			{9, "origins.c.servers[0]", "without a scheme"},
+			{9, "origins.c.servers[0]", "https://host:port"},
 			{10, "origins.c.servers[1]", "must be host:port"},
 			{11, "origins.c.servers[2]", "host is empty"},
 			{12, "origins.c.servers[3]", "from 1 to 65535"},

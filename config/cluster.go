@@ -64,6 +64,14 @@ func (d *decoder) validateCluster(c *Config) {
 	if !(cl.Weight >= 1e-6 && cl.Weight <= 1e6) {
 		d.problem("cluster.weight", "must be in [0.000001, 1000000], got %g", cl.Weight)
 	}
+	if t := cl.TLS; t != nil {
+		d.keyPair("cluster.tls", t.CertFile, t.KeyFile, true)
+		if t.CAFile == "" {
+			d.problem("cluster.tls.ca_file", "required: the CA that signs every node's certificate")
+		} else {
+			d.caFile("cluster.tls.ca_file", t.CAFile)
+		}
+	}
 	d.positive("cluster.overlap", cl.Overlap)
 	d.positive("cluster.peer_timeout", cl.PeerTimeout)
 	d.oneOf("cluster.membership", cl.Membership, "static", "consul")

@@ -27,6 +27,12 @@ const (
 	defaultConnectTimeout        = 1 * time.Second
 	defaultMaxConcurrency        = 256
 	defaultMaxResponseHeaderSize = 64 * KiB
+	defaultOriginIdleTimeout     = 4 * time.Second
+	defaultHealthInterval        = 5 * time.Second
+	defaultHealthTimeout         = 1 * time.Second
+	defaultHealthy               = 2
+	defaultUnhealthy             = 3
+	defaultTLSMinVersion         = "1.2"
 
 	defaultPathPrefix         = "/"
 	defaultMaxStale           = time.Hour
@@ -57,6 +63,9 @@ func applyDefaults(c *Config, has func(path string) bool) {
 	setDefault(&s.MaxHeaderSize, has("server.max_header_size"), defaultMaxHeaderSize)
 	setDefault(&s.MaxBodySize, has("server.max_body_size"), defaultMaxBodySize)
 	setDefault(&s.DrainTimeout, has("server.drain_timeout"), defaultDrainTimeout)
+	if s.TLS != nil {
+		setDefault(&s.TLS.MinVersion, has("server.tls.min_version"), defaultTLSMinVersion)
+	}
 
 	longest := time.Duration(0)
 	for name, o := range c.Origins {
@@ -65,6 +74,14 @@ func applyDefaults(c *Config, has func(path string) bool) {
 		setDefault(&o.ConnectTimeout, has(p+".connect_timeout"), defaultConnectTimeout)
 		setDefault(&o.MaxConcurrency, has(p+".max_concurrency"), defaultMaxConcurrency)
 		setDefault(&o.MaxResponseHeaderSize, has(p+".max_response_header_size"), defaultMaxResponseHeaderSize)
+		setDefault(&o.IdleTimeout, has(p+".idle_timeout"), defaultOriginIdleTimeout)
+		if hc := o.HealthCheck; hc != nil {
+			hp := p + ".health_check"
+			setDefault(&hc.Interval, has(hp+".interval"), defaultHealthInterval)
+			setDefault(&hc.Timeout, has(hp+".timeout"), defaultHealthTimeout)
+			setDefault(&hc.Healthy, has(hp+".healthy"), defaultHealthy)
+			setDefault(&hc.Unhealthy, has(hp+".unhealthy"), defaultUnhealthy)
+		}
 		longest = max(longest, o.Timeout)
 	}
 	if longest <= 0 {

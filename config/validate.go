@@ -64,6 +64,10 @@ func (d *decoder) validate(c *Config) {
 	d.positive("server.drain_timeout", c.Server.DrainTimeout)
 	d.positiveSize("server.max_header_size", c.Server.MaxHeaderSize)
 	d.positiveSize("server.max_body_size", c.Server.MaxBodySize)
+	if t := c.Server.TLS; t != nil {
+		d.oneOf("server.tls.min_version", t.MinVersion, "1.2", "1.3")
+		d.keyPair("server.tls", t.CertFile, t.KeyFile, true)
+	}
 
 	d.validateCache(&c.Cache)
 	d.validateOrigins(c.Origins)
@@ -110,8 +114,27 @@ func (d *decoder) validateOrigins(origins map[string]*Origin) {
 				continue
 			}
 			seen[s] = i
-			if msg := checkServer(s); msg != "" {
+			if msg := checkServer(StripScheme(s)); msg != "" {
 				d.problem(sp, "%s", msg)
+			}
+		}
+		d.validateOriginTLS(p, o)
+		d.positive(p+".idle_timeout", o.IdleTimeout)
+		if hc := o.HealthCheck; hc != nil {
+			hp := p + ".health_check"
+			if !strings.HasPrefix(hc.Path, "/") {
+				d.problem(hp+".path", "required, a path starting with \"/\", got %q", hc.Path)
+			}
+			d.positive(hp+".interval", hc.Interval)
+			d.positive(hp+".timeout", hc.Timeout)
+			if hc.Timeout > 0 && hc.Interval > 0 && hc.Timeout >= hc.Interval {
+				d.problem(hp+".timeout", "must be less than interval (%s), got %s", hc.Interval, hc.Timeout)
+			}
+			if hc.Healthy < 1 || hc.Healthy > 100 {
+				d.problem(hp+".healthy", "must be in [1, 100], got %d", hc.Healthy)
+			}
+			if hc.Unhealthy < 1 || hc.Unhealthy > 100 {
+				d.problem(hp+".unhealthy", "must be in [1, 100], got %d", hc.Unhealthy)
 			}
 		}
 		d.positive(p+".timeout", o.Timeout)
@@ -259,9 +282,24 @@ func (d *decoder) checkListen(path, addr string) {
 }
 
 // checkServer checks an origin address; it returns "" when s is fine.
+// StripScheme returns an origin server address without its http:// or
+// https:// prefix.
+func StripScheme(s string) string {
+	if r, ok := strings.CutPrefix(s, "https://"); ok {
+		return r
+	}
+	if r, ok := strings.CutPrefix(s, "http://"); ok {
+		return r
+	}
+	return s
+}
+
+// IsHTTPS reports whether an origin server address asks for HTTPS.
+func IsHTTPS(s string) bool { return strings.HasPrefix(s, "https://") }
+
 func checkServer(s string) string {
 	if strings.Contains(s, "://") {
-		return fmt.Sprintf("must be host:port without a scheme, got %q", s)
+		return fmt.Sprintf("must be host:port, http://host:port or https://host:port, got %q", s)
 	}
 	host, port, err := net.SplitHostPort(s)
 	switch {

@@ -42,6 +42,7 @@ type answer struct {
 	// overtook while it was in flight).
 	noShare bool
 	seq     int64 // the fetch's invalidation clock value
+	lease   lease // ansStream: the origin budget slot, held until the body is relayed
 }
 
 // release frees the origin response the answer still holds.
@@ -51,6 +52,7 @@ func (a *answer) release() {
 		fasthttp.ReleaseResponse(a.resp)
 		a.resp = nil
 	}
+	a.lease.end()
 }
 
 // fetchOrigin fetches req for the cache, stores what may be stored and
@@ -77,8 +79,11 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	if c := p.cluster.Load(); prev != nil && c != nil && se == nil {
 		fromPrev = p.readThrough(c, prev, req, tid, resp)
 	}
+	var l lease
 	if !fromPrev {
-		if ok, fl := o.call(t, req, resp); !ok {
+		var ok bool
+		var fl failure
+		if l, ok, fl = o.call(t, req, resp); !ok {
 			fasthttp.ReleaseResponse(resp)
 			return answer{kind: ansFailed, fail: fl}
 		}
@@ -88,6 +93,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 		if status == fasthttp.StatusNotModified {
 			o.m.revalidations[0].Inc()
 			_ = resp.CloseBodyStream()
+			l.end()
 			a := p.refresh(rte, se, resp, flightKey, seq, reqTime, time.Now(), hasAuth)
 			fasthttp.ReleaseResponse(resp)
 			return a
@@ -96,13 +102,15 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	}
 	body, complete, err := readBody(resp, rt.maxObject)
 	if err != nil {
+		l.end()
 		fasthttp.ReleaseResponse(resp)
 		o.m.fetches[outError].Inc()
 		return answer{kind: ansFailed, fail: failure{status: fasthttp.StatusBadGateway, detail: "error"}}
 	}
 	if !complete {
-		return answer{kind: ansStream, resp: resp, body: body}
+		return answer{kind: ansStream, resp: resp, body: body, lease: l}
 	}
+	l.end()
 	if status >= 500 {
 		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}
 	}
@@ -301,7 +309,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		copyResponseHead(&ctx.Response, a.resp, now)
 		hideTags(&ctx.Response, rte)
 		ctx.Response.Header.Set("Cache-Status", "shield; fwd="+fwd+"; detail=too-large")
-		ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(a.body), a.resp.BodyStream()), resp: a.resp}, -1)
+		ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(a.body), a.resp.BodyStream()), resp: a.resp, lease: a.lease}, -1)
 		return resMiss
 	case ansOriginError:
 		if se != nil && staleServable(se, now) {

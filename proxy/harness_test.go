@@ -124,8 +124,9 @@ func newTestProxy(t testing.TB, originAddr string, edit func(*config.Config)) *P
 // the origin server can shut down and no connection outlives the test.
 func closeOriginConns(p *Proxy) {
 	for _, r := range p.rt.Load().routes {
-		for _, c := range r.origin.clients {
-			c.CloseIdleConnections()
+		for _, s := range r.origin.servers.servers {
+			s.hc.CloseIdleConnections()
+			s.fresh.CloseIdleConnections()
 		}
 	}
 }

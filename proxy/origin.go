@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"syscall"
 	"sync/atomic"
 	"time"
 
@@ -12,65 +13,49 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/originpool"
 )
 
-// origin is one upstream service as configured now: a fasthttp.HostClient
-// per server address, picked round-robin (HostClient rather than Client,
-// so a client-controlled Host can never open connections elsewhere,
-// STYLE §3.8), plus the protection state that outlives reloads.
+// origin is one upstream service as configured now: its servers (each a
+// fasthttp.HostClient, so a client-controlled Host can never open
+// connections elsewhere), the pool that tracks their health and picks one
+// per request, plus the protection state that outlives reloads.
 type origin struct {
-	name    string
-	clients []*fasthttp.HostClient
-	next    atomic.Uint32
-	timeout time.Duration
+	name       string
+	servers    *serverSet
+	hostHeader []byte // nil: the client's Host
+	timeout    time.Duration
 	*originState
 }
 
 // originState is what a reload keeps: the budget (in-flight counts,
 // rate tokens), the breaker (when its settings are unchanged), the retry
-// budget and the metric handles.
+// budget, the servers and their health (when the server settings are
+// unchanged) and the metric handles.
 type originState struct {
 	budget  *admission.Origin
 	brk     atomic.Pointer[breaker.Breaker] // nil: breaker disabled
 	brkConf config.Breaker
 	retry   *breaker.RetryBudget
 	m       *originMetrics
+	servers *serverSet // guarded by Proxy.mu; requests use origin.servers
 }
 
-func newClients(oc *config.Origin) []*fasthttp.HostClient {
-	dialTimeout := oc.ConnectTimeout
-	var cs []*fasthttp.HostClient
-	for _, addr := range oc.Servers {
-		cs = append(cs, &fasthttp.HostClient{
-			Addr: addr,
-			Name: "shield",
-			// Dial through DialTimeout so the request deadline still
-			// applies (a custom Dial ignores it, fasthttp client.go).
-			DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) {
-				return fasthttp.DialTimeout(addr, dialTimeout)
-			},
-			// The budget (admission.Origin) bounds in-flight fetches;
-			// the pool only needs to be as large.
-			MaxConns: oc.MaxConcurrency,
-			// Per-read/write bounds; the whole fetch is bounded by the
-			// deadline passed to DoDeadline.
-			ReadTimeout:  oc.Timeout,
-			WriteTimeout: oc.Timeout,
-			// No hidden retries: they multiply origin load and hide
-			// failures from the breaker (STYLE §3.11). shield retries
-			// once, explicitly, inside the retry budget.
-			MaxIdemponentCallAttempts: 1,
-			ReadBufferSize:            int(oc.MaxResponseHeaderSize),
-			// Bodies are streamed so that objects above max_object_size
-			// pass through without being buffered whole.
-			StreamResponseBody: true,
-			// Forward the path exactly as received: the cache key uses
-			// the raw path, so the origin must see the same bytes.
-			DisablePathNormalizing:   true,
-			NoDefaultUserAgentHeader: true,
-		})
+// lease is an origin budget slot held from the request until the body
+// has been read or relayed: the budget bounds whole fetches, not just
+// the wait for a response head, so it also bounds the connection pool
+// (max_concurrency connections per server) and pool exhaustion cannot
+// happen behind its back. end is idempotent; the zero lease does nothing.
+type lease struct {
+	o *origin
+	t *admission.Tenant
+}
+
+func (l *lease) end() {
+	if l.o != nil {
+		l.o.budget.Release(l.t)
+		l.o = nil
 	}
-	return cs
 }
 
 func breakerSettings(b config.Breaker) breaker.Settings {
@@ -85,18 +70,6 @@ func breakerSettings(b config.Breaker) breaker.Settings {
 	}
 }
 
-// do sends req and reads the response head into resp under deadline.
-// The body, if any, is left in resp.BodyStream().
-func (o *origin) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
-	c := o.clients[0]
-	if n := len(o.clients); n > 1 {
-		c = o.clients[int(o.next.Add(1))%n]
-	}
-	o.m.inFlight.Add(1)
-	defer o.m.inFlight.Add(-1)
-	return c.DoDeadline(req, resp, deadline)
-}
-
 // failure says why an origin could not give an answer, and what shield
 // answers instead when no stale copy can.
 type failure struct {
@@ -106,10 +79,23 @@ type failure struct {
 }
 
 // call performs one protected origin call: the origin budget (and the
-// tenant's share of it), the breaker, the fetch, and at most one retry of
-// an idempotent request that failed to connect, inside the retry budget.
-// On success resp holds the answer's head; its body is still streaming.
-func (o *origin) call(t *admission.Tenant, req *fasthttp.Request, resp *fasthttp.Response) (ok bool, f failure) {
+// tenant's share of it), the breaker, the fetch on a server the pool
+// picks, and retries:
+//
+//   - a request that fails on a reused keep-alive connection before any
+//     response byte (the origin closed it while idle) is sent again at once
+//     on a new connection, for idempotent methods. This is not an origin
+//     failure: it counts for neither the breaker nor the server's health
+//     nor the retry budget.
+//   - an idempotent request whose connection was refused or reset is
+//     retried once on another server, inside the retry budget.
+//
+// Only the final outcome reaches the breaker, so one dead server among
+// healthy ones does not open it (the pool ejects that server instead).
+// On success resp holds the answer's head, its body still streaming, and
+// the returned lease holds the budget slot: end it once the body is read
+// or relayed.
+func (o *origin) call(t *admission.Tenant, req *fasthttp.Request, resp *fasthttp.Response) (l lease, ok bool, f failure) {
 	now := time.Now()
 	if reason, ra := o.budget.Acquire(now, t); reason != admission.None {
 		o.m.budgetRejected[reason].Inc()
@@ -117,37 +103,56 @@ func (o *origin) call(t *admission.Tenant, req *fasthttp.Request, resp *fasthttp
 		if reason == admission.OriginShare {
 			detail = "origin-share"
 		}
-		return false, failure{status: fasthttp.StatusServiceUnavailable, detail: detail, retryAfter: ra}
+		return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: detail, retryAfter: ra}
 	}
-	defer o.budget.Release(t)
+	l = lease{o: o, t: t}
 	brk := o.brk.Load()
 	var c breaker.Call
 	if brk != nil {
 		var err error
 		if c, err = brk.Allow(); err != nil {
-			return false, failure{status: fasthttp.StatusServiceUnavailable, detail: "breaker-open", retryAfter: brk.RetryAfter(now)}
+			l.end()
+			return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: "breaker-open", retryAfter: brk.RetryAfter(now)}
 		}
 	}
+	if o.hostHeader != nil {
+		req.Header.SetHostBytes(o.hostHeader)
+	}
 	o.retry.Record(now)
+	idem := breaker.Idempotent(string(req.Header.Method()))
+	o.m.inFlight.Add(1)
 	start := time.Now()
-	err := o.do(req, resp, start.Add(o.timeout))
-	if err != nil && breaker.Retryable(err) && breaker.Idempotent(string(req.Header.Method())) && o.retry.TryRetry(time.Now()) {
+	deadline := start.Add(o.timeout)
+	s := o.servers.pick(start, nil)
+	err := o.attempt(s, req, resp, deadline, idem)
+	if err != nil && idem && breaker.Retryable(err) && o.retry.TryRetry(time.Now()) {
 		o.m.retries.Inc()
 		resp.Reset()
-		err = o.do(req, resp, time.Now().Add(o.timeout))
+		s = o.servers.pick(time.Now(), s)
+		err = o.attempt(s, req, resp, time.Now().Add(o.timeout), idem)
 	}
+	o.m.inFlight.Add(-1)
 	status := 0
 	if err == nil {
 		status = resp.StatusCode()
 		o.m.duration.UpdateDuration(start)
 	}
 	if brk != nil {
-		c.Done(brk.Classify(status, err))
+		outcome := brk.Classify(status, err)
+		if errors.Is(err, fasthttp.ErrNoFreeConns) {
+			outcome = breaker.Ignored
+		}
+		c.Done(outcome)
 	}
 	if err != nil {
+		l.end()
+		if errors.Is(err, fasthttp.ErrNoFreeConns) {
+			o.m.budgetRejected[admission.Concurrency].Inc()
+			return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: "budget", retryAfter: time.Second}
+		}
 		outcome, st := classifyErr(err)
 		o.m.fetches[outcome].Inc()
-		return false, failure{status: st, detail: outcomeLabels[outcome]}
+		return lease{}, false, failure{status: st, detail: outcomeLabels[outcome]}
 	}
 	switch {
 	case status == fasthttp.StatusNotModified:
@@ -157,7 +162,56 @@ func (o *origin) call(t *admission.Tenant, req *fasthttp.Request, resp *fasthttp
 	default:
 		o.m.fetches[outOK].Inc()
 	}
-	return true, failure{}
+	return l, true, failure{}
+}
+
+// attempt sends req to s and reads the response head into resp. A
+// request lost on a reused connection before any response byte is sent
+// again at once on a new one (a new connection that fails so is a real
+// failure) (idempotent methods only: a non-idempotent
+// request may have been acted on).
+func (o *origin) attempt(s *server, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idem bool) error {
+	s.ps.Start()
+	err := s.hc.DoDeadline(req, resp, deadline)
+	if err != nil && idem && lostBeforeResponse(err) && reusedConn(resp) {
+		o.m.staleRetries.Inc()
+		resp.Reset()
+		req.SetConnectionClose()
+		err = s.fresh.DoDeadline(req, resp, deadline)
+		req.Header.ResetConnectionClose()
+	}
+	status := 0
+	if err == nil {
+		status = resp.StatusCode()
+	}
+	o.servers.pool.Done(s.ps, serverOutcome(status, err), time.Now())
+	return err
+}
+
+// lostBeforeResponse reports whether err means the connection broke
+// before any response byte: fasthttp's ErrConnectionClosed (EOF or reset
+// on the first read), or a write that hit a closed socket. On a pooled
+// connection that is the origin having closed it while idle.
+func lostBeforeResponse(err error) bool {
+	if errors.Is(err, fasthttp.ErrConnectionClosed) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "write" &&
+		(errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET))
+}
+
+// serverOutcome is what one attempt says about the server's health.
+func serverOutcome(status int, err error) originpool.Outcome {
+	switch {
+	case err == nil && status >= 500:
+		return originpool.Failure
+	case err == nil:
+		return originpool.Success
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return originpool.Neutral
+	}
+	return originpool.Failure
 }
 
 // classifyErr maps a transport error to the fetch outcome and the status

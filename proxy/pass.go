@@ -57,7 +57,8 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, false, fromPeer, nil)
 	resp := fasthttp.AcquireResponse()
-	if ok, fl := rte.origin.call(t, req, resp); !ok {
+	l, ok, fl := rte.origin.call(t, req, resp)
+	if !ok {
 		fasthttp.ReleaseResponse(resp)
 		return p.failed(ctx, rte, nil, fl, "shield; fwd=bypass; detail="+fl.detail)
 	}
@@ -65,10 +66,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	hideTags(&ctx.Response, rte)
 	ctx.Response.Header.Set("Cache-Status", cacheStatus)
 	if r := resp.BodyStream(); r != nil {
-		ctx.Response.SetBodyStream(&streamBody{r: r, resp: resp}, resp.Header.ContentLength())
+		ctx.Response.SetBodyStream(&streamBody{r: r, resp: resp, lease: l}, resp.Header.ContentLength())
 	} else {
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
+		l.end()
 	}
 	return resMiss
 }
@@ -121,8 +123,9 @@ func readBody(resp *fasthttp.Response, limit int) (body []byte, complete bool, e
 // streamBody relays an origin body and releases the origin response
 // when fasthttp closes it after writing.
 type streamBody struct {
-	r    io.Reader
-	resp *fasthttp.Response
+	r     io.Reader
+	resp  *fasthttp.Response
+	lease lease // the origin budget slot, ended on Close
 }
 
 func (s *streamBody) Read(b []byte) (int, error) { return s.r.Read(b) }
@@ -130,6 +133,7 @@ func (s *streamBody) Read(b []byte) (int, error) { return s.r.Read(b) }
 func (s *streamBody) Close() error {
 	err := s.resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(s.resp)
+	s.lease.end()
 	if errors.Is(err, io.EOF) {
 		return nil
 	}

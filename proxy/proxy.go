@@ -164,9 +164,18 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 			return err
 		}
 		states[name] = st
-		o := &origin{name: name, clients: newClients(oc), timeout: oc.Timeout, originState: st}
+		o := &origin{name: name, servers: st.servers, timeout: oc.Timeout, originState: st}
+		if oc.HostHeader != "" {
+			o.hostHeader = []byte(oc.HostHeader)
+		}
 		origins[name] = o
 		rt.origins = append(rt.origins, o)
+	}
+	for name, st := range p.origins {
+		if _, kept := cfg.Origins[name]; !kept && st.servers != nil && st.servers.stop != nil {
+			st.servers.stop() // a removed origin's health checks
+			st.servers.stop = nil
+		}
 	}
 	specs := make([]routing.RouteSpec, len(cfg.Routes))
 	rt.routes = make([]*route, len(cfg.Routes))
@@ -294,6 +303,16 @@ func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*ori
 		st.brk.Store(b)
 		st.brkConf = oc.Breaker
 	}
+	if st.servers == nil || st.servers.conf != serverFingerprint(oc) {
+		ss, err := p.newServerSet(p.bgCtx, name, oc)
+		if err != nil {
+			return nil, err
+		}
+		if st.servers != nil && st.servers.stop != nil {
+			st.servers.stop()
+		}
+		st.servers = ss
+	}
 	return st, nil
 }
 
@@ -315,6 +334,20 @@ func (p *Proxy) writeStateMetrics(w io.Writer) {
 				metrics.WriteCounterUint64(w, `shield_breaker_transitions_total{origin="`+name+`",to="`+to.String()+`"}`, bs.Transitions[to])
 			}
 			metrics.WriteCounterUint64(w, `shield_breaker_rejections_total`+l, bs.RejectedOpen+bs.RejectedProbes)
+		}
+		if st.servers != nil {
+			for _, ss := range st.servers.Snapshot(now) {
+				sl := `{origin="` + name + `",server="` + ss.Name + `"}`
+				up := uint64(0)
+				if ss.Up {
+					up = 1
+				}
+				metrics.WriteGaugeUint64(w, `shield_origin_server_up`+sl, up)
+				metrics.WriteGaugeUint64(w, `shield_origin_server_in_flight`+sl, uint64(max(ss.InFlight, 0)))
+				metrics.WriteCounterUint64(w, `shield_origin_server_requests_total`+sl, ss.Requests)
+				metrics.WriteCounterUint64(w, `shield_origin_server_errors_total`+sl, ss.Errors)
+				metrics.WriteCounterUint64(w, `shield_origin_server_ejections_total`+sl, ss.Ejects)
+			}
 		}
 	}
 	if p.tenants != nil {
