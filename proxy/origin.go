@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net"
 	"os"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
