@@ -1,5 +1,5 @@
 // Package breaker protects each origin with a circuit breaker and bounds
-// retries with a retry budget (DESIGN.md §7).
+// retries with a retry budget (docs/architecture.md §7).
 //
 // A [Breaker] wraps github.com/sony/gobreaker/v2 (the TwoStep form, so the
 // caller decides when an origin call starts and ends). Closed lets calls
@@ -12,7 +12,7 @@
 // successes in a row close it, one failure opens it again, and every other
 // call gets [ErrTooManyProbes] (treat it like ErrOpen).
 //
-// Invariants and decisions that DESIGN.md does not state:
+// Invariants and decisions that docs/architecture.md does not state:
 //
 //   - The package is pure: no fasthttp, no metrics library, no logger. State,
 //     transition counts and outcome counts are plain atomics read by
@@ -44,7 +44,7 @@
 //   - The onChange callback runs with gobreaker's mutex held: it must be quick
 //     (atomic store, counter, non-blocking send) and must not call the Breaker.
 //
-// Retries (DESIGN.md §7): at most one retry, only for idempotent methods
+// Retries (docs/architecture.md §7): at most one retry, only for idempotent methods
 // ([Idempotent]), only when the first attempt failed to connect or lost its
 // connection before a response ([Retryable]; timeouts are never retried, a slow
 // origin must not get twice the load), and only when [RetryBudget.TryRetry]

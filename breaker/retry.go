@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Defaults for [NewRetryBudget] (DESIGN.md §7: "a fraction of recent
+// Defaults for [NewRetryBudget] (docs/architecture.md §7: "a fraction of recent
 // requests").
 const (
 	DefaultRetryRatio     = 0.2

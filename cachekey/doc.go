@@ -1,5 +1,5 @@
 // Package cachekey builds shield's canonical cache keys and their 64-bit
-// digests (DESIGN.md §4).
+// digests (docs/architecture.md §4).
 //
 // A key names one cacheable resource of one route: two requests get the same
 // key exactly when shield may answer one with the response stored for the
@@ -77,7 +77,7 @@
 // The digest is xxhash64 (seed 0, github.com/cespare/xxhash/v2) of the whole
 // key or variant key. testdata/vectors.json pins examples of both.
 //
-// # Decisions not stated in DESIGN.md
+// # Decisions not stated in docs/architecture.md
 //
 //   - ';' does not separate query parameters. Go's net/url stopped accepting
 //     it in Go 1.17 and most origins split on '&' only; treating "a=1;b=2" as

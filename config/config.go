@@ -69,7 +69,7 @@ type Config struct {
 	Cluster *Cluster `yaml:"cluster"`
 }
 
-// Cluster configures membership and peer forwarding (DESIGN §8).
+// Cluster configures membership and peer forwarding (docs/architecture.md §8).
 type Cluster struct {
 	// NodeID names this node; unique in the cluster. Default: the host
 	// name.

@@ -48,7 +48,7 @@ func consulBinary(t *testing.T) string {
 	return path
 }
 
-// startConsul starts a dev agent as /work/shared/consul/README.md shows,
+// startConsul starts a dev agent with the dev-agent flags (two agents on one machine also need -grpc-tls-port -1),
 // with every port chosen (DNS and gRPC off) and bound to 127.0.0.1 only,
 // and waits until it has a leader. It is killed by PID at cleanup.
 //

@@ -122,7 +122,7 @@ func TestLeakSetCookieNotShared(t *testing.T) {
 
 // TestLeakCoalescedWaiters sends 50 concurrent requests for one cold key
 // whose answer turns out unshareable; each client has its own identity,
-// and each must get the answer made for it (DESIGN §6).
+// and each must get the answer made for it (docs/architecture.md §6).
 func TestLeakCoalescedWaiters(t *testing.T) {
 	t.Parallel()
 	e, o := newHostileEnv(t, hostileRoutes)

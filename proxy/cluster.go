@@ -17,7 +17,7 @@ import (
 	"github.com/shield-proxy/shield/routing"
 )
 
-// Peer forwarding (DESIGN §8). Every key has one owner, picked by
+// Peer forwarding (docs/architecture.md §8). Every key has one owner, picked by
 // weighted rendezvous hashing over the current peer set. A node that does
 // not own a request's key forwards it, once, to the owner's peer listener
 // with the generation it routed by, the tenant and the shared secret; the
@@ -353,7 +353,7 @@ func sendPurge(c *cluster, pc *peerClient, addr string, gen uint64, args url.Val
 }
 
 // invalidateOnOwner tells the owner of an invalidated URL to drop it too
-// (RFC 9111 §4.4 invalidation happens on the owner, DESIGN §5), in the
+// (RFC 9111 §4.4 invalidation happens on the owner, docs/architecture.md §5), in the
 // background so the client's answer does not wait for it.
 func (p *Proxy) invalidateOnOwner(c *cluster, digest uint64, rawURL string, tid []byte) {
 	v := c.m.View()

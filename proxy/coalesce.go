@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Coalescing (DESIGN §6): one origin fetch in flight per key per node. The
+// Coalescing (docs/architecture.md §6): one origin fetch in flight per key per node. The
 // first request for a cold key becomes the leader and fetches; later ones
 // wait on the flight, bounded in number (cache.max_waiters) and in time
 // (cache.wait_timeout, each waiter's own timer), and then read the

@@ -1,4 +1,4 @@
-// Package proxy is shield's request path (DESIGN §1) and the only package
+// Package proxy is shield's request path (docs/architecture.md §1) and the only package
 // that touches fasthttp request and response objects: route, admit, key,
 // owner, lookup, coalesce, fetch, store, respond, plus the admin and peer
 // listeners' handlers. The pure decisions live elsewhere — cache keys in

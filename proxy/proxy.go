@@ -22,7 +22,7 @@ import (
 	"github.com/shield-proxy/shield/stale"
 )
 
-// Proxy is the request path of DESIGN §1 for one node: route, admit, key,
+// Proxy is the request path of docs/architecture.md §1 for one node: route, admit, key,
 // lookup, coalesce, fetch, store, respond. Create it with New, serve
 // Handler on the public listener and AdminHandler on the admin listener,
 // and call Close on shutdown (it saves the cache when cache.path is set).

@@ -60,7 +60,7 @@ var (
 	csStaleSWR = []byte("shield; hit; fwd=stale; detail=stale-while-revalidate; ttl=")
 )
 
-// serve is the public request handler: DESIGN §1 for one node.
+// serve is the public request handler: docs/architecture.md §1 for one node.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) { p.serveRequest(ctx, false) }
 
 // serveRequest routes, admits and answers a request. fromPeer marks a
@@ -325,7 +325,7 @@ func (p *Proxy) decode(b, key []byte, e *entry, verified bool) bool {
 }
 
 // appendVariantKey appends primary plus the request's values of the
-// marker's Vary headers (DESIGN §3).
+// marker's Vary headers (docs/architecture.md §3).
 func appendVariantKey(dst, primary []byte, marker *entry, h *fasthttp.RequestHeader) []byte {
 	dst = append(dst, primary...)
 	it := marker.varyNames()

@@ -47,7 +47,7 @@ func TestFreshnessThroughHandler(t *testing.T) {
 	}
 }
 
-// TestStaleIfError: DESIGN §5 — within stale-if-error, an origin failure
+// TestStaleIfError: docs/architecture.md §5 — within stale-if-error, an origin failure
 // is answered with the stored copy instead of a 5xx.
 func TestStaleIfError(t *testing.T) {
 	p := newTestProxy(t, closedAddr(t), nil)
@@ -58,7 +58,7 @@ func TestStaleIfError(t *testing.T) {
 	}
 }
 
-// TestStaleWhileRevalidate: DESIGN §5 — within stale-while-revalidate the
+// TestStaleWhileRevalidate: docs/architecture.md §5 — within stale-while-revalidate the
 // stale copy is served at once and refreshed in the background.
 func TestStaleWhileRevalidate(t *testing.T) {
 	o := newTestOrigin(t, cacheable("refreshed"))

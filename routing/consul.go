@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// Consul defaults (DESIGN.md §8).
+// Consul defaults (docs/architecture.md §8).
 const (
 	DefaultConsulService         = "shield"
 	DefaultConsulCheckInterval   = 5 * time.Second

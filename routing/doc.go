@@ -31,7 +31,7 @@
 // watch the passing instances with blocking queries). Both call
 // Membership.Update, which ignores an unchanged set.
 //
-// # Decisions DESIGN.md leaves open
+// # Decisions docs/architecture.md leaves to this package
 //
 //   - Self in the set. The set is exactly what discovery reports as healthy;
 //     self is not added. While this node's own check is not yet passing (start)

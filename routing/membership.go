@@ -12,7 +12,7 @@ import (
 )
 
 // DefaultOverlap is how long the previous generation stays acceptable after
-// a membership change when NewMembership is given no overlap (DESIGN.md §8).
+// a membership change when NewMembership is given no overlap (docs/architecture.md §8).
 const DefaultOverlap = 10 * time.Second
 
 // Source feeds a Membership from somewhere: a static list or Consul. It is
@@ -43,7 +43,7 @@ type View struct {
 
 // Accepts reports whether a peer request stamped with generation gen may be
 // served: gen is the current generation, or the previous one inside the
-// overlap window. Anything else gets 421 (DESIGN.md §8). Hot: no allocations.
+// overlap window. Anything else gets 421 (docs/architecture.md §8). Hot: no allocations.
 func (v *View) Accepts(gen uint64, now time.Time) bool {
 	if gen == v.Current.generation {
 		return true
@@ -54,7 +54,7 @@ func (v *View) Accepts(gen uint64, now time.Time) bool {
 // PreviousOwner returns the key's owner under the previous generation when
 // the overlap window is still open and that owner differs from the current
 // one, so that a miss on the new owner can ask the old owner once
-// (DESIGN.md §8). isSelf reports whether that old owner is the local node.
+// (docs/architecture.md §8). isSelf reports whether that old owner is the local node.
 func (v *View) PreviousOwner(digest uint64, now time.Time) (owner *Peer, isSelf, ok bool) {
 	if v.Previous == nil || !now.Before(v.PreviousUntil) {
 		return nil, false, false

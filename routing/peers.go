@@ -17,7 +17,7 @@ type Peer struct {
 	// across restarts: a node that comes back with a new ID moves its keys.
 	// In Consul mode it is the service ID.
 	ID string
-	// Addr is host:port of the node's peer listener (DESIGN.md §9), the
+	// Addr is host:port of the node's peer listener (docs/architecture.md §9), the
 	// address other nodes forward to. It may be empty for a node that only
 	// serves itself (static single-node mode).
 	Addr string

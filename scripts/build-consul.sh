@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Consul agent used by cluster tests into $1, once per machine.
-# tools/consul is a tools module (a copy of ../shared/consul's go.mod and
+# tools/consul is a tools module (its own go.mod and
 # go.sum) pinning Consul v1.14.11, the newest MPL-2.0 line that builds from
 # the Go module proxy; the build is reproducible and needs no network
 # beyond the module proxy. First build on 2 cores: about 5–10 minutes.

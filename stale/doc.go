@@ -4,6 +4,9 @@
 // stored response is, what to do with it at serve time, and whether a client's
 // conditional request can be answered 304 from the cache.
 //
+// Section numbers without an RFC named (§4.2) are RFC 9111's, in this
+// package's comments and test names alike.
+//
 // The package is pure: it takes []byte header values, plain facts and
 // time.Time instants (never fasthttp types, never the wall clock), so the
 // proxy extracts values from its own request objects and tests drive fixed
@@ -20,7 +23,7 @@
 //   - Stale windows are measured from the end of freshness (age − lifetime),
 //     so a failed refresh never restarts them.
 //
-// # Decisions the RFCs leave open (and DESIGN.md §5 does not state)
+// # Decisions the RFCs leave open (and docs/architecture.md §5 does not state)
 //
 // Cache-Control parsing ([Directives]):
 //   - The first occurrence of a duplicated directive wins, even when its

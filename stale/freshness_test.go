@@ -56,11 +56,11 @@ func TestWindows(t *testing.T) {
 		swr, sie time.Duration
 	}{
 		{"from the response RFC5861§3 §4", cc("max-age=60, stale-while-revalidate=10, stale-if-error=20"), routeDefaults, 10 * time.Second, 20 * time.Second},
-		{"route defaults when absent (DESIGN §5)", cc("max-age=60"), routeDefaults, 30 * time.Second, time.Hour},
+		{"route defaults when absent (docs/architecture.md §5)", cc("max-age=60"), routeDefaults, 30 * time.Second, time.Hour},
 		{"route defaults without Cache-Control", nil, routeDefaults, 30 * time.Second, time.Hour},
 		{"explicit zero beats the default RFC5861", cc("stale-while-revalidate=0"), routeDefaults, 0, time.Hour},
 		{"invalid value falls back to the default", cc("stale-if-error=x"), routeDefaults, 30 * time.Second, time.Hour},
-		{"capped at MaxStale (DESIGN §5)", cc("stale-while-revalidate=86400, stale-if-error=2147483648"), routeDefaults, 2 * time.Hour, 2 * time.Hour},
+		{"capped at MaxStale (docs/architecture.md §5)", cc("stale-while-revalidate=86400, stale-if-error=2147483648"), routeDefaults, 2 * time.Hour, 2 * time.Hour},
 		{"MaxStale 0 means never stale", cc("stale-while-revalidate=10, stale-if-error=10"), Policy{StaleIfError: time.Hour}, 0, 0},
 		{"must-revalidate §4.2.4 §5.2.2.2", cc("must-revalidate, stale-while-revalidate=10, stale-if-error=10"), routeDefaults, 0, 0},
 		{"proxy-revalidate §5.2.2.8", cc("proxy-revalidate, stale-if-error=10"), routeDefaults, 0, 0},
