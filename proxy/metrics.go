@@ -142,8 +142,6 @@ func writeCacheStats(w io.Writer, c *fastcache.Cache) {
 	metrics.WriteCounterUint64(w, `shield_cache_misses_total`, st.Misses)
 	metrics.WriteCounterUint64(w, `shield_cache_collisions_total`, st.Collisions)
 	metrics.WriteCounterUint64(w, `shield_cache_corruptions_total`, st.Corruptions)
-	metrics.WriteCounterUint64(w, `shield_cache_big_gets_total`, st.GetBigCalls)
-	metrics.WriteCounterUint64(w, `shield_cache_big_sets_total`, st.SetBigCalls)
 }
 
 // routeMetrics are one route's handles.

@@ -41,8 +41,6 @@ var metricHelp = map[string][2]string{
 	"shield_cache_misses_total":                    {"counter", "Cache lookups that found nothing."},
 	"shield_cache_collisions_total":                {"counter", "Cache hash collisions (fastcache)."},
 	"shield_cache_corruptions_total":               {"counter", "Corrupted cache chunks detected by fastcache."},
-	"shield_cache_big_gets_total":                  {"counter", "Lookups of entries larger than 64 KiB."},
-	"shield_cache_big_sets_total":                  {"counter", "Writes of entries larger than 64 KiB."},
 	"shield_origin_fetches_total":                  {"counter", "Origin fetches, by origin and outcome (ok, not_modified, http_5xx, timeout, error)."},
 	"shield_origin_fetch_duration_seconds":         {"histogram", "Origin fetch latency to the response head, by origin."},
 	"shield_origin_in_flight":                      {"gauge", "Origin fetches in flight, by origin."},

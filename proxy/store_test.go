@@ -69,7 +69,7 @@ func TestStoreLyingMetaIsMiss(t *testing.T) {
 	}
 }
 
-func BenchmarkStoreGetBig(b *testing.B) {
+func BenchmarkStoreGetPieces(b *testing.B) {
 	s := newTestStore(b)
 	key := []byte("big")
 	v := bytes.Repeat([]byte("z"), 100<<10)
