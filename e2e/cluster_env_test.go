@@ -19,9 +19,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"text/template"
 	"time"
 
+	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -45,30 +45,37 @@ type clusterNodeConfig struct {
 	HotKeyMaxAge string // cluster.hot_key_max_age, default shield's
 }
 
-// The secret is written literally: a ${VAR} would need an environment
-// per process, which the harness's startProcess does not take.
-var clusterTemplate = template.Must(template.New("shield-cluster.yaml").Parse(`listen: {{.Listen}}
-admin: { listen: {{.Admin}} }
-server: { drain_timeout: 6s }
-cache: { size: 32MiB, max_object_size: 1MiB }
-origins:
-  demo: { servers: [{{.Origin}}], timeout: 2s, max_concurrency: 64 }
-routes:
-  - name: demo
-    hosts: ["*"]
-    path_prefix: /
-    origin: demo
-cluster:
-  node_id: {{.NodeID}}
-  listen: {{.Peer}}
-  secret: {{printf "%q" .Secret}}
-  overlap: {{or .Overlap "2s"}}
-{{- with .HotKeyMaxAge}}
-  hot_key_max_age: {{.}}
-{{- end}}
-  membership: consul
-  consul: { address: {{.Consul}}, service: {{.Service}}, check_interval: 1s }
-`))
+// config is the node's configuration file: demoNode plus a Consul
+// cluster block. The secret is written literally: a ${VAR} would need an
+// environment per process, which the harness's startProcess does not take.
+func (cfg clusterNodeConfig) config(t *testing.T) string {
+	t.Helper()
+	overlap, maxAge := 2*time.Second, time.Duration(0)
+	if cfg.Overlap != "" {
+		overlap = mustDuration(t, cfg.Overlap)
+	}
+	if cfg.HotKeyMaxAge != "" {
+		maxAge = mustDuration(t, cfg.HotKeyMaxAge)
+	}
+	return buildConfig(t, demoNode(cfg.Listen, cfg.Admin, cfg.Origin), with(func(c *config.Config) {
+		c.Server.DrainTimeout = 6 * time.Second
+		c.Cluster = &config.Cluster{
+			NodeID: cfg.NodeID, Listen: cfg.Peer, Secret: cfg.Secret,
+			Overlap: overlap, HotKeyMaxAge: maxAge, Membership: "consul",
+			Consul: config.ClusterConsul{Address: cfg.Consul, Service: cfg.Service, CheckInterval: time.Second},
+		}
+	}))
+}
+
+// mustDuration parses a Go duration a test wrote.
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("duration %q: %v", s, err)
+	}
+	return d
+}
 
 // clusterNode is one running shield of a cluster test.
 type clusterNode struct {
@@ -132,11 +139,7 @@ func (ce *clusterEnv) addNode() *clusterNode {
 	for _, o := range ce.opts {
 		o(&cfg)
 	}
-	var sb strings.Builder
-	if err := clusterTemplate.Execute(&sb, cfg); err != nil {
-		t.Fatalf("render cluster config: %v", err)
-	}
-	path := writeFile(t, cfg.NodeID+".yaml", sb.String())
+	path := writeFile(t, cfg.NodeID+".yaml", cfg.config(t))
 	node := &clusterNode{cfg: cfg}
 	node.proc = startProcess(t, "shield "+cfg.NodeID, binPath(t, "shield"), "-config", path)
 	node.proc.waitReady(t, "http://"+cfg.Admin+"/readyz")

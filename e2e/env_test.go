@@ -12,37 +12,47 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"text/template"
 	"time"
+
+	"github.com/shield-proxy/shield/config"
 )
 
-// shieldConfig is what a test may vary in the generated config file.
+// shieldConfig is what a test may vary in the generated config file;
+// render builds it with buildConfig (shieldconf_test.go), the one place
+// configs are made.
 type shieldConfig struct {
 	Listen, Admin, Origin string
-	MaxObjectSize         string   // e.g. "1MiB"
-	CachePath             string   // "" = no persistence
-	Hosts                 []string // route hosts; default ["*"]
+	MaxObjectSize         string    // e.g. "1MiB"; "" = 1MiB
+	CachePath             string    // "" = no persistence
+	Hosts                 []string  // route hosts; default ["*"]
+	Extra                 []confOpt // anything else, on top of the above
 }
-
-var configTemplate = template.Must(template.New("shield.yaml").Parse(`listen: {{.Listen}}
-admin: { listen: {{.Admin}} }
-cache: { size: 32MiB, max_object_size: {{.MaxObjectSize}}, path: {{printf "%q" .CachePath}} }
-origins:
-  demo: { servers: [{{.Origin}}], timeout: 2s, max_concurrency: 64 }
-routes:
-  - name: demo
-    hosts: [{{range $i, $h := .Hosts}}{{if $i}}, {{end}}{{printf "%q" $h}}{{end}}]
-    path_prefix: /
-    origin: demo
-`))
 
 func (c shieldConfig) render(t *testing.T) string {
 	t.Helper()
-	var sb strings.Builder
-	if err := configTemplate.Execute(&sb, c); err != nil {
-		t.Fatalf("render config: %v", err)
+	return buildConfig(t, c.opts(t)...)
+}
+
+// opts are c as buildConfig options: demoNode, then c's fields, then Extra.
+func (c shieldConfig) opts(t *testing.T) []confOpt {
+	t.Helper()
+	maxObj := config.MiB
+	if c.MaxObjectSize != "" {
+		v, err := config.ParseSize(c.MaxObjectSize)
+		if err != nil {
+			t.Fatalf("MaxObjectSize %q: %v", c.MaxObjectSize, err)
+		}
+		maxObj = v
 	}
-	return sb.String()
+	hosts := c.Hosts
+	if len(hosts) == 0 {
+		hosts = []string{"*"}
+	}
+	return append([]confOpt{demoNode(c.Listen, c.Admin, c.Origin), with(func(cc *config.Config) {
+		cc.Cache.MaxObjectSize = maxObj
+		cc.Cache.Path = c.CachePath
+		cc.Routes[0].Hosts = hosts
+	})}, c.Extra...)
 }
 
 // writeFile writes content to a new file in t's temp dir and returns its

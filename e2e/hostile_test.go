@@ -13,8 +13,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"text/template"
 	"time"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // Hostile input on the public listener: request smuggling and framing
@@ -34,14 +35,6 @@ const (
 	hostileMaxBody   = 1 << 10
 )
 
-var hostileTemplate = template.Must(template.New("shield-hostile.yaml").Parse(`listen: {{.Listen}}
-admin: { listen: {{.Admin}} }
-server: { read_timeout: 3s, max_header_size: 4KiB, max_body_size: 1KiB }
-cache: { size: 32MiB, max_object_size: 1MiB, hit_for_miss: 2s }
-origins:
-  o: { servers: [{{.Origin}}], timeout: 5s, max_concurrency: 256 }
-{{.Body}}`))
-
 // hostileRoutes is the default routes section: example.com only.
 const hostileRoutes = `routes:
   - name: main
@@ -58,13 +51,17 @@ func newHostileEnv(t *testing.T, body string) (*env, *hostileOrigin) {
 	o := newHostileOrigin(t)
 	e := &env{t: t, client: newClient(), originAddr: o.addr}
 	t.Cleanup(e.client.CloseIdleConnections)
-	e.cfg = shieldConfig{Listen: freeAddr(t), Admin: freeAddr(t), Origin: o.addr}
-	var sb strings.Builder
-	err := hostileTemplate.Execute(&sb, struct{ Listen, Admin, Origin, Body string }{e.cfg.Listen, e.cfg.Admin, o.addr, body})
-	if err != nil {
-		t.Fatalf("render config: %v", err)
-	}
-	e.cfgPath = writeFile(t, "shield.yaml", sb.String())
+	e.cfg = shieldConfig{Listen: freeAddr(t), Admin: freeAddr(t), Origin: o.addr, Extra: []confOpt{
+		with(func(c *config.Config) {
+			c.Server.ReadTimeout = 3 * time.Second
+			c.Server.MaxHeaderSize = hostileMaxHeader
+			c.Server.MaxBodySize = hostileMaxBody
+			c.Cache.HitForMiss = 2 * time.Second
+			c.Origins = map[string]*config.Origin{"o": {Servers: []string{o.addr}, Timeout: 5 * time.Second, MaxConcurrency: 256}}
+		}),
+		yamlSection(body),
+	}}
+	e.cfgPath = writeFile(t, "shield.yaml", e.cfg.render(t))
 	e.startShield()
 	return e, o
 }

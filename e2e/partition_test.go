@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"text/template"
 	"time"
 
+	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -40,29 +40,30 @@ const (
 
 var netnsTenants = []string{"acme", "globex"}
 
-var netnsConfig = template.Must(template.New("shield-netns.yaml").Parse(`listen: {{.SvcIP}}:{{.PublicPort}}
-admin: { listen: {{.SvcIP}}:{{.AdminPort}} }
-server: { drain_timeout: 6s }
-cache: { size: 32MiB, max_object_size: 1MiB }
-origins:
-  demo: { servers: [{{.Origin}}], timeout: 2s, max_concurrency: 64 }
-routes:
-  - { name: scoped, hosts: ["*"], path_prefix: /, origin: demo, cache: { tenant_scoped: true } }
-tenants:
+// netnsNodeConfig is one partition-lab node's configuration: the public
+// and admin listeners on its service address, the peer listener on its
+// cluster address, a tenant-scoped route and Consul membership through
+// the node's own agent.
+func netnsNodeConfig(t *testing.T, n *netnsNode, originAddr string) string {
+	t.Helper()
+	svc := func(port int) string { return n.svcIP + ":" + strconv.Itoa(port) }
+	return buildConfig(t, demoNode(svc(netnsPublicPort), svc(netnsAdminPort), originAddr), with(func(c *config.Config) {
+		c.Server.DrainTimeout = 6 * time.Second
+		c.Routes[0].Name = "scoped"
+		c.Routes[0].Cache.TenantScoped = true
+		c.Cluster = &config.Cluster{
+			NodeID: n.id, Listen: n.peer(), Secret: clusterSecret,
+			Overlap: 2 * time.Second, PeerTimeout: time.Second, Membership: "consul",
+			Consul: config.ClusterConsul{Address: "127.0.0.1:" + strconv.Itoa(netnsConsulPort), Service: "shield", CheckInterval: time.Second},
+		}
+	}), yamlSection(`tenants:
   identify: { header: X-Tenant-ID }
   default: { rate: 100000, burst: 100000, max_concurrency: 1000 }
   classes:
     acme:   { rate: 100000, burst: 100000, max_concurrency: 1000 }
     globex: { rate: 100000, burst: 100000, max_concurrency: 1000 }
-cluster:
-  node_id: {{.ID}}
-  listen: {{.ClusterIP}}:{{.PeerPort}}
-  secret: {{printf "%q" .Secret}}
-  overlap: 2s
-  peer_timeout: 1s
-  membership: consul
-  consul: { address: 127.0.0.1:{{.ConsulPort}}, service: shield, check_interval: 1s }
 `))
+}
 
 // netnsNode is one shield host of the partition test.
 type netnsNode struct {
@@ -102,14 +103,7 @@ func TestPartition(t *testing.T) {
 		lab.waitConsulLeader(n)
 	}
 	for _, n := range nodes {
-		var sb strings.Builder
-		if err := netnsConfig.Execute(&sb, map[string]any{
-			"ID": n.id, "SvcIP": n.svcIP, "ClusterIP": n.clusterIP, "Origin": originAddr, "Secret": clusterSecret,
-			"PublicPort": netnsPublicPort, "AdminPort": netnsAdminPort, "PeerPort": netnsPeerPort, "ConsulPort": netnsConsulPort,
-		}); err != nil {
-			t.Fatal(err)
-		}
-		cfg := writeFile(t, n.id+".yaml", sb.String())
+		cfg := writeFile(t, n.id+".yaml", netnsNodeConfig(t, n, originAddr))
 		n.shield = lab.start("shield "+n.id, n.ns, shieldBin, "-config", cfg)
 	}
 	for _, n := range nodes {

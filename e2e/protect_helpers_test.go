@@ -9,8 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"text/template"
 	"time"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // protectConfig is what an origin-protection test varies: the origin's
@@ -25,29 +26,6 @@ type protectConfig struct {
 	Breaker        string  // origins.demo.breaker: { ... }
 	Cache          string  // routes[0].cache: { ... }
 }
-
-// protectTemplate is env_test.go's config with the origin-protection keys
-// added; the shared template has no room for them.
-var protectTemplate = template.Must(template.New("shield.yaml").Parse(`listen: {{.Listen}}
-admin: { listen: {{.Admin}} }
-cache: { size: 32MiB, max_object_size: 1MiB }
-origins:
-  demo:
-    servers: [{{.Origin}}]
-    timeout: {{.Timeout}}
-    max_concurrency: {{.MaxConcurrency}}
-{{- if .MaxRate}}
-    max_rate: {{.MaxRate}}
-{{- end}}
-    slow_start: {{.SlowStart}}
-    breaker: { {{.Breaker}} }
-routes:
-  - name: demo
-    hosts: ["*"]
-    path_prefix: /
-    origin: demo
-    cache: { {{.Cache}} }
-`))
 
 // newProtectEnv is newEnv with pc rendered into the config.
 func newProtectEnv(t *testing.T, pc protectConfig) *env {
@@ -72,15 +50,21 @@ func newProtectEnv(t *testing.T, pc protectConfig) *env {
 		MaxObjectSize: "1MiB",
 		Hosts:         []string{"*"},
 	}
-	var sb strings.Builder
-	data := struct {
-		shieldConfig
-		protectConfig
-	}{e.cfg, pc}
-	if err := protectTemplate.Execute(&sb, data); err != nil {
-		t.Fatalf("render config: %v", err)
+	slowStart := mustDuration(t, pc.SlowStart)
+	timeout := mustDuration(t, pc.Timeout)
+	e.cfg.Extra = []confOpt{
+		// Before defaults, so that defaults derived from the origin
+		// timeout (cache.wait_timeout, say) follow it.
+		with(func(c *config.Config) {
+			o := c.Origins["demo"]
+			o.Timeout, o.MaxConcurrency, o.MaxRate = timeout, pc.MaxConcurrency, pc.MaxRate
+			yamlInto(t, "{"+pc.Breaker+"}", &o.Breaker)
+			yamlInto(t, "{"+pc.Cache+"}", &c.Routes[0].Cache)
+		}),
+		// After: 0s (off) is a value here, not "the default".
+		exactly(func(c *config.Config) { c.Origins["demo"].SlowStart = slowStart }),
 	}
-	e.cfgPath = writeFile(t, "shield.yaml", sb.String())
+	e.cfgPath = writeFile(t, "shield.yaml", e.cfg.render(t))
 	e.startShield()
 	return e
 }

@@ -8,25 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"text/template"
 	"time"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // tenantConfig is the config of a tenant test: the fixed head below, then
 // the test's own routes and tenants sections (Body, raw YAML).
-type tenantConfig struct {
-	Listen, Admin, Origin string
-	OriginMax             int // origins.demo.max_concurrency
-	Body                  string
-}
-
-var tenantTemplate = template.Must(template.New("shield-tenants.yaml").Parse(`listen: {{.Listen}}
-admin: { listen: {{.Admin}} }
-cache: { size: 32MiB, max_object_size: 1MiB }
-origins:
-  demo: { servers: [{{.Origin}}], timeout: 5s, max_concurrency: {{.OriginMax}} }
-{{.Body}}`))
-
 // newTenantEnv is newEnv for a config with routes and tenants of the
 // test's choosing (body holds the routes: and tenants: sections). The
 // shieldConfig template has one fixed route, so it cannot express
@@ -38,13 +26,14 @@ func newTenantEnv(t *testing.T, originMax int, body string) *env {
 	e.origin = startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", e.originAddr)
 	e.origin.waitReady(t, "http://"+e.originAddr+"/__origin/stats")
 
-	e.cfg = shieldConfig{Listen: freeAddr(t), Admin: freeAddr(t), Origin: e.originAddr}
-	tc := tenantConfig{Listen: e.cfg.Listen, Admin: e.cfg.Admin, Origin: e.originAddr, OriginMax: originMax, Body: body}
-	var sb strings.Builder
-	if err := tenantTemplate.Execute(&sb, tc); err != nil {
-		t.Fatalf("render config: %v", err)
-	}
-	e.cfgPath = writeFile(t, "shield.yaml", sb.String())
+	e.cfg = shieldConfig{Listen: freeAddr(t), Admin: freeAddr(t), Origin: e.originAddr, Extra: []confOpt{
+		with(func(c *config.Config) {
+			c.Origins["demo"].Timeout = 5 * time.Second
+			c.Origins["demo"].MaxConcurrency = originMax
+		}),
+		yamlSection(body),
+	}}
+	e.cfgPath = writeFile(t, "shield.yaml", e.cfg.render(t))
 	e.startShield()
 	return e
 }
