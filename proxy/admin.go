@@ -22,8 +22,8 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			var buf bytes.Buffer
 			p.g.set.WritePrometheus(&buf)
+			metrics.WriteProcessMetrics(&buf)
 			writeFamilies(ctx, buf.Bytes())
-			metrics.WriteProcessMetrics(ctx)
 		case "/purge":
 			p.adminPurge(ctx)
 		case "/reload":

@@ -80,12 +80,21 @@ var metricHelp = map[string][2]string{
 func family(name string) string {
 	for _, suf := range [...]string{"_bucket", "_sum", "_count"} {
 		if base, ok := strings.CutSuffix(name, suf); ok {
-			if m, known := metricHelp[base]; known && m[0] == "histogram" {
+			if typ, _, known := familyHelp(base); known && (typ == "histogram" || typ == "summary" && suf != "_bucket") {
 				return base
 			}
 		}
 	}
 	return name
+}
+
+// familyHelp returns the type and help text of a family: shield's own
+// from metricHelp, the Go and process families from runtimeFamily.
+func familyHelp(fam string) (typ, help string, ok bool) {
+	if m, known := metricHelp[fam]; known {
+		return m[0], m[1], true
+	}
+	return runtimeFamily(fam)
 }
 
 // writeFamilies copies the samples in src to w grouped by family, each
@@ -104,6 +113,9 @@ func writeFamilies(w io.Writer, src []byte) {
 		if i := strings.IndexAny(line, "{ "); i >= 0 {
 			name = line[:i]
 		}
+		if to, ok := runtimeRename[name]; ok {
+			line, name = to+line[len(name):], to
+		}
 		fam := family(name)
 		if _, seen := groups[fam]; !seen {
 			order = append(order, fam)
@@ -112,8 +124,8 @@ func writeFamilies(w io.Writer, src []byte) {
 	}
 	bw := bufio.NewWriter(w)
 	for _, fam := range order {
-		if m, ok := metricHelp[fam]; ok {
-			bw.WriteString("# HELP " + fam + " " + m[1] + "\n# TYPE " + fam + " " + m[0] + "\n")
+		if typ, help, ok := familyHelp(fam); ok {
+			bw.WriteString("# HELP " + fam + " " + help + "\n# TYPE " + fam + " " + typ + "\n")
 		}
 		for _, l := range groups[fam] {
 			bw.WriteString(l)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // TestMetricHelpComplete: every family a proxy with traffic exports has
@@ -15,6 +17,7 @@ func TestMetricHelpComplete(t *testing.T) {
 	serve(p, get(t, "/a"))
 	var raw bytes.Buffer
 	p.g.set.WritePrometheus(&raw)
+	metrics.WriteProcessMetrics(&raw)
 	var out bytes.Buffer
 	writeFamilies(&out, raw.Bytes())
 	types := map[string]int{}
@@ -37,8 +40,11 @@ func TestMetricHelpComplete(t *testing.T) {
 		}
 		name := line[:strings.IndexAny(line, "{ ")]
 		fam := family(name)
-		if _, ok := metricHelp[fam]; !ok {
+		if _, _, ok := familyHelp(fam); !ok {
 			t.Errorf("metric %s (family %s) has no HELP/TYPE entry in metricHelp", name, fam)
+		}
+		if _, bad := runtimeRename[name]; bad {
+			t.Errorf("metric %s kept a name runtimeRename replaces", name)
 		}
 		if fam != lastFamily {
 			t.Errorf("sample %s outside its family group (current group %s)", name, lastFamily)
@@ -49,7 +55,7 @@ func TestMetricHelpComplete(t *testing.T) {
 			t.Errorf("family %s has %d TYPE lines", fam, n)
 		}
 	}
-	if types["shield_requests_total"] != 1 || types["shield_request_duration_seconds"] != 1 {
+	if types["shield_requests_total"] != 1 || types["shield_request_duration_seconds"] != 1 || types["go_gc_duration_seconds"] != 1 || types["process_cpu_seconds_total"] != 1 {
 		t.Fatalf("expected families missing: %v", types)
 	}
 }
