@@ -56,8 +56,13 @@ func (m *model) done(gen int, o Outcome) {
 			m.fail++
 			m.consecFail++
 			decided := m.succ + m.fail
-			if m.consecFail >= m.s.ConsecutiveFailures ||
-				(decided >= m.s.MinRequests && float64(m.fail) >= m.s.FailureRatio*float64(decided)) {
+			// Consecutive failures decide below MinRequests, the
+			// ratio from there on (breaker.go, readyToTrip).
+			trip := m.consecFail >= m.s.ConsecutiveFailures
+			if decided >= m.s.MinRequests {
+				trip = float64(m.fail) >= m.s.FailureRatio*float64(decided)
+			}
+			if trip {
 				m.set(Open)
 			}
 		}
