@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +67,9 @@ type cluster struct {
 	peers   atomic.Pointer[peerTable]
 	hot     *hotKeys
 	opts    ClusterOptions
+
+	qmu    sync.Mutex            // guards queues
+	queues map[string]*peerQueue // purges not yet delivered, by peer id
 
 	forbidden    *metrics.Counter // peer requests refused (secret or address)
 	misdirected  *metrics.Counter // peer requests answered 421
@@ -129,6 +133,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		timeout:      peerTimeout,
 		hot:          newHotKeys(),
 		opts:         opts,
+		queues:       map[string]*peerQueue{},
 		forbidden:    p.g.set.NewCounter(`shield_peer_forbidden_total`),
 		misdirected:  p.g.set.NewCounter(`shield_peer_misdirected_total`),
 		genChanges:   p.g.set.NewCounter(`shield_cluster_generation_changes_total`),
@@ -173,6 +178,10 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		}
 	})
 	p.cluster.Store(c)
+	if p.hold != nil {
+		p.bgWG.Add(1)
+		go p.catchUp(c, p.hold.since, p.releaseSnapshot)
+	}
 }
 
 func newPeerClient(addr string, timeout time.Duration, maxBody int) *fasthttp.HostClient {
@@ -320,14 +329,12 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			p.takeHandoff(ctx, c)
 			return
 		}
-		if string(ctx.Path()) == purgePath {
-			args, _ := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
-			res, err := p.Purge(args)
-			if err != nil {
-				writeJSON(ctx, fasthttp.StatusBadRequest, map[string]string{"error": err.Error()})
-				return
-			}
-			writeJSON(ctx, fasthttp.StatusOK, res)
+		switch string(ctx.Path()) {
+		case purgePath:
+			p.peerPurge(ctx)
+			return
+		case purgeLogPath:
+			p.servePurgeLog(ctx)
 			return
 		}
 		p.serveRequest(ctx, true)
@@ -352,54 +359,20 @@ func sendPurge(c *cluster, pc *peerClient, addr string, gen uint64, args url.Val
 	return resp.StatusCode()
 }
 
-// invalidateOnOwner tells the owner of an invalidated URL to drop it too
-// (RFC 9111 §4.4 invalidation happens on the owner, docs/architecture.md §5), in the
-// background so the client's answer does not wait for it.
-func (p *Proxy) invalidateOnOwner(c *cluster, digest uint64, rawURL string, tid []byte) {
-	v := c.m.View()
-	owner, self := v.Current.Owner(digest)
-	if self {
-		return
-	}
-	pc := c.peers.Load().byID[owner.ID]
-	if pc == nil {
-		return
-	}
+// invalidateEverywhere delivers the URL invalidation of a successful
+// unsafe request (RFC 9111 §4.4) to every peer — the owner, a previous
+// owner inside the overlap window and edges with near copies may each
+// hold a copy — through the retried purge queues, so the client's answer
+// does not wait for it.
+func (p *Proxy) invalidateEverywhere(rawURL string, tid []byte) {
 	args := url.Values{"url": {rawURL}}
 	if len(tid) > 0 {
 		args.Set("tenant", string(tid))
 	}
-	gen, addr := v.Current.Generation(), owner.Addr
-	p.bgWG.Add(1)
-	go func() {
-		defer p.bgWG.Done()
-		sendPurge(c, pc, addr, gen, args)
-	}()
+	rec := newPurge(args)
+	p.plog.add(rec)
+	p.deliver(rec, false)
 }
 
 // purgePath is the peer-listener path a purge is fanned out on.
 const purgePath = "/__shield/purge"
-
-// fanOutPurge applies a purge on every other node; it returns each
-// peer's HTTP status (0: unreachable). A node that misses a URL purge
-// keeps its copy until it expires: the caller sees which did.
-func (p *Proxy) fanOutPurge(args url.Values) map[string]int {
-	c := p.cluster.Load()
-	if c == nil {
-		return nil
-	}
-	v := c.m.View()
-	self := c.m.Self().ID
-	out := map[string]int{}
-	for _, peer := range v.Current.Peers() {
-		if peer.ID == self {
-			continue
-		}
-		pc := c.peers.Load().byID[peer.ID]
-		if pc == nil {
-			continue
-		}
-		out[peer.ID] = sendPurge(c, pc, peer.Addr, v.Current.Generation(), args)
-	}
-	return out
-}

@@ -76,8 +76,23 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	// Inside the overlap window a new owner first asks the key's previous
 	// owner for its cached copy, once.
 	fromPrev := false
+	var prevTags []byte
 	if c := p.cluster.Load(); prev != nil && c != nil && se == nil {
 		fromPrev = p.readThrough(c, prev, req, tid, resp)
+		if fromPrev {
+			// The previous owner's copy is ours only if no invalidation
+			// this node knows of (a write or purge here, during the
+			// overlap) came after that copy's fetch started.
+			remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
+			if dead, _ := p.iv.verdict(remoteSeq, urlDigest, tags); !ok || dead {
+				c.readThrough[1].Inc()
+				resp.Reset()
+				fromPrev = false
+			} else {
+				seq, prevTags = min(seq, remoteSeq), tags
+			}
+			resp.Header.DelBytes(hShieldTags)
+		}
 	}
 	var l lease
 	if !fromPrev {
@@ -133,7 +148,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 		sie:          int64(d.sie),
 		fetchSeq:     seq,
 		urlDigest:    urlDigest,
-		tags:         appendTags(nil, resp.Header.PeekBytes(rte.tagHeader)),
+		tags:         entryTags(fromPrev, prevTags, resp, rte),
 		etag:         bytes.Clone(resp.Header.PeekBytes(hETag)),
 		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
 		body:         body,
@@ -534,4 +549,13 @@ func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, seq int64, now ti
 	}
 	p.store.set(key, appendEntry(nil, &e, nil, nil))
 	p.g.hitForMiss.Inc()
+}
+
+// entryTags are the surrogate key digests of a fetched answer: the
+// previous owner's (it does not send the tag field) or the origin's.
+func entryTags(fromPrev bool, prevTags []byte, resp *fasthttp.Response, rte *route) []byte {
+	if fromPrev {
+		return prevTags
+	}
+	return appendTags(nil, resp.Header.PeekBytes(rte.tagHeader))
 }

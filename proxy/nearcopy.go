@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"encoding/hex"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -20,13 +19,14 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 	if len(body) > rt.maxObject {
 		return false
 	}
-	// Without the entry's tags a tag purge could not reach the copy.
-	st := resp.Header.PeekBytes(hShieldTags)
-	if len(st) == 0 || st[0] != 't' {
+	// Without the entry's tags a tag purge could not reach the copy; an
+	// entry fetched before an invalidation this node knows of is not kept.
+	remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
+	if !ok {
 		return false
 	}
-	tags, err := hex.AppendDecode(nil, st[1:])
-	if err != nil || len(tags)%8 != 0 || len(tags) > maxTags*8 {
+	seq = min(seq, remoteSeq)
+	if dead, _ := p.iv.verdict(seq, sc.urlDigest(), tags); dead {
 		return false
 	}
 	now := time.Now()

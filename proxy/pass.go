@@ -10,7 +10,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
-	"github.com/shield-proxy/shield/cachekey"
 )
 
 // passUnsafe forwards a request whose method is not cacheable. A
@@ -25,12 +24,12 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		// Every variant of the URL, and any fetch of it still in flight.
 		p.iv.invalidateURL(sc.urlDigest(), false)
 		p.store.del(sc.key)
-		if c := p.cluster.Load(); c != nil && !fromPeer {
+		if p.cluster.Load() != nil && !fromPeer {
 			scheme := "http://"
 			if ctx.IsTLS() {
 				scheme = "https://"
 			}
-			p.invalidateOnOwner(c, cachekey.Digest(sc.key), scheme+string(ctx.Request.Header.Host())+string(ctx.Request.Header.RequestURI()), tid)
+			p.invalidateEverywhere(scheme+string(ctx.Request.Header.Host())+string(ctx.Request.Header.RequestURI()), tid)
 		}
 		scratchPool.Put(sc)
 		p.g.invalidations.Inc()

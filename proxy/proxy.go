@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/fastcache"
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
@@ -46,6 +47,9 @@ type Proxy struct {
 	iv      *invalidations
 	stripes [64]sync.Mutex // per-key store ordering (stripe)
 	ivMu    sync.Mutex     // serialises saving the invalidation table
+	plog    *purgeLog
+	// hold is set while snapshot entries wait for the purge catch-up.
+	hold *snapshotHold
 	// reload re-reads the configuration file (set by main).
 	reload atomic.Pointer[func() error]
 
@@ -115,6 +119,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.ns = newNamespaces()
 	p.iv = newInvalidations()
+	p.plog = newPurgeLog(time.Now())
 	if p.cachePath != "" {
 		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {
 			p.logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
@@ -127,6 +132,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 			p.iv.invalidateAll()
 		}
 	}
+	p.holdSnapshot(cfg)
 	p.g = newGlobalMetrics(p.store.c)
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
@@ -381,6 +387,9 @@ func (p *Proxy) Close() error {
 	if err := p.store.save(p.cachePath); err != nil {
 		return err
 	}
+	if err := p.plog.save(p.cachePath+".purgelog", start); err != nil {
+		return err
+	}
 	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
 		return err
 	}
@@ -413,4 +422,59 @@ func (p *Proxy) saveInvalidations() error {
 		return err
 	}
 	return p.iv.save(p.cachePath + ".inval")
+}
+
+// snapshotHold keeps a loaded snapshot's entries unserved until the
+// node has caught up on the purges it missed (purgelog.go).
+type snapshotHold struct {
+	since    int64 // replay purges from here (the snapshot's save time, minus skew)
+	global   int64 // the watermark to restore once caught up
+	held     int64 // the watermark set while holding
+	logSince int64 // the saved log's completeness, restored once caught up
+}
+
+// clockSkew widens the replay window for clocks that disagree.
+const clockSkew = 5 * time.Second
+
+// holdSnapshot starts holding snapshot entries when this node is in a
+// cluster and loaded a non-empty snapshot: other nodes may have purged
+// while it was down.
+func (p *Proxy) holdSnapshot(cfg *config.Config) {
+	if p.cachePath == "" {
+		return
+	}
+	f, err := loadPurgeLog(p.cachePath + ".purgelog")
+	if err == nil {
+		for _, r := range f.Records {
+			p.plog.add(r)
+		}
+	} else if !os.IsNotExist(err) {
+		p.logger.Warn("purge log unreadable", "err", err)
+	}
+	var st fastcache.Stats
+	p.store.c.UpdateStats(&st)
+	if cfg.Cluster == nil || st.EntriesCount == 0 {
+		return
+	}
+	h := &snapshotHold{global: p.iv.global.Load(), logSince: p.plog.since}
+	if err == nil && f.SavedAt > 0 {
+		h.since = f.SavedAt - int64(clockSkew)
+		h.logSince = f.Since
+	} else {
+		h.since = 0 // unknown: only a log complete since the beginning will do
+	}
+	p.iv.invalidateAll()
+	h.held = p.iv.global.Load()
+	p.hold = h
+}
+
+// releaseSnapshot lets the held snapshot entries be served again (the
+// purges they missed have been applied).
+func (p *Proxy) releaseSnapshot() {
+	h := p.hold
+	// Unless a replayed "purge everything" raised it meanwhile.
+	p.iv.global.CompareAndSwap(h.held, h.global)
+	p.plog.mu.Lock()
+	p.plog.since = min(p.plog.since, h.logSince)
+	p.plog.mu.Unlock()
 }

@@ -136,6 +136,11 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 	switch {
 	case args.Get("url") != "":
 		return p.purgeURL(args.Get("url"), args.Get("tenant"), soft)
+	case args.Get("all") == "1":
+		// Everything fetched before now: what a peer gets when its purge
+		// queue overflowed.
+		p.iv.invalidateAll()
+		return PurgeResult{Kind: "all"}, nil
 	case args.Get("tag") != "":
 		tag := args.Get("tag")
 		if len(tag) > 1024 {
@@ -225,7 +230,8 @@ func (p *Proxy) adminPurge(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	args, _ := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
-	res, err := p.Purge(args)
+	rec := newPurge(args)
+	res, _, err := p.applyPurge(rec)
 	if err != nil {
 		status := fasthttp.StatusInternalServerError
 		if errors.Is(err, errPurge) {
@@ -235,7 +241,7 @@ func (p *Proxy) adminPurge(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.g.purges.Inc()
-	peers := p.fanOutPurge(args)
+	peers := p.deliver(rec, true)
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"purge": res, "peers": peers})
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
 	"strconv"
@@ -400,18 +401,35 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 	resp.SwapBody(b[:len(e.body)])
 }
 
-// hShieldTags carries an entry's surrogate key digests to the edge that
-// forwarded the request ("t" and hex), so that a near copy it keeps is
-// reached by tag purges too; edges keep no near copy of an answer
-// without it, and never pass it on.
+// hShieldTags carries an entry's place in invalidation order to the node
+// that forwarded the request: "t", its fetch sequence (16 hex digits) and
+// its surrogate key digests (hex). That node checks them against its own
+// invalidations before keeping a near copy or a previous owner's copy,
+// so neither can bring back what it purged; it keeps neither without
+// this field, and never passes it on.
 var hShieldTags = []byte("Shield-Tags")
 
 func (sc *scratch) peerTags(resp *fasthttp.Response, e *entry) {
 	if !sc.fromPeer {
 		return
 	}
-	sc.tmp = hex.AppendEncode(append(sc.tmp[:0], 't'), e.tags)
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], uint64(e.fetchSeq))
+	sc.tmp = hex.AppendEncode(hex.AppendEncode(append(sc.tmp[:0], 't'), seq[:]), e.tags)
 	resp.Header.SetBytesKV(hShieldTags, sc.tmp)
+}
+
+// parsePeerTags reads a Shield-Tags value: the entry's fetch sequence on
+// the node that served it and its tag digests.
+func parsePeerTags(v []byte) (seq int64, tags []byte, ok bool) {
+	if len(v) < 17 || v[0] != 't' {
+		return 0, nil, false
+	}
+	b, err := hex.AppendDecode(nil, v[1:])
+	if err != nil || len(b) < 8 || (len(b)-8)%8 != 0 || len(b)-8 > maxTags*8 {
+		return 0, nil, false
+	}
+	return int64(binary.BigEndian.Uint64(b)), b[8:], true
 }
 
 // notModified evaluates the client's conditional headers against e.
