@@ -38,7 +38,7 @@ import (
 //     the owner's answer for at most hot_key_max_age;
 //   - hand-off: a node leaving gracefully pushes its hottest entries to
 //     their new owners (Handoff);
-//   - purges fan out to every node (fanOutPurge), dropping near copies too;
+//   - purges fan out to every node through retried per-peer queues (purgelog.go), dropping near copies too;
 //   - a URL invalidated by a successful unsafe request is dropped on the
 //     node that saw the request and, in the background, on its owner.
 
