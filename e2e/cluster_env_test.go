@@ -43,6 +43,7 @@ type clusterNodeConfig struct {
 	// Set by newClusterEnv options; "" keeps the harness default.
 	Overlap      string // cluster.overlap, default 2s
 	HotKeyMaxAge string // cluster.hot_key_max_age, default shield's
+	CachePath    string // cache.path, default none (no snapshot)
 }
 
 // config is the node's configuration file: demoNode plus a Consul
@@ -59,6 +60,7 @@ func (cfg clusterNodeConfig) config(t *testing.T) string {
 	}
 	return buildConfig(t, demoNode(cfg.Listen, cfg.Admin, cfg.Origin), with(func(c *config.Config) {
 		c.Server.DrainTimeout = 6 * time.Second
+		c.Cache.Path = cfg.CachePath
 		c.Cluster = &config.Cluster{
 			NodeID: cfg.NodeID, Listen: cfg.Peer, Secret: cfg.Secret,
 			Overlap: overlap, HotKeyMaxAge: maxAge, Membership: "consul",
