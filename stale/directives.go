@@ -20,6 +20,13 @@ type Directives struct {
 	// MaxStaleAny is max-stale without an argument (RFC 9111 §5.2.1.2).
 	MaxStaleAny bool
 
+	// NoCacheQualified and PrivateQualified mark the qualified forms
+	// no-cache="a, b" and private="a, b" (RFC 9111 §5.2.2.4, §5.2.2.7).
+	// They do not set NoCache or Private: the response is storable without
+	// the named fields, which QualifiedFields reads from the raw value. An
+	// empty or malformed list reads as the bare directive.
+	NoCacheQualified, PrivateQualified bool
+
 	// seen has bit 1<<id set for every directive already parsed, so a later
 	// duplicate is ignored even when the first one was invalid.
 	seen uint32
@@ -119,9 +126,17 @@ func (d *Directives) parseElement(e []byte) {
 	case dirNoStore:
 		d.NoStore = true
 	case dirNoCache:
-		d.NoCache = true
+		if _, ok := fieldList(val, hasVal); ok {
+			d.NoCacheQualified = true
+		} else {
+			d.NoCache = true
+		}
 	case dirPrivate:
-		d.Private = true
+		if _, ok := fieldList(val, hasVal); ok {
+			d.PrivateQualified = true
+		} else {
+			d.Private = true
+		}
 	case dirPublic:
 		d.Public = true
 	case dirMustRevalidate:
@@ -228,6 +243,90 @@ func parseDelta(v []byte, hasVal bool, invalid int64) int64 {
 		count++
 	}
 	return invalid // unterminated
+}
+
+// fieldList returns the field names of a qualified no-cache or private
+// argument: a quoted-string without escapes whose content holds at least one
+// token byte (RFC 9111 §5.2.2.4 requires the quoted form). Anything else is
+// not ok, and the directive reads as its unqualified, stricter form.
+func fieldList(v []byte, hasVal bool) ([]byte, bool) {
+	if !hasVal || len(v) < 3 || v[0] != '"' || v[len(v)-1] != '"' {
+		return nil, false
+	}
+	in := v[1 : len(v)-1]
+	names := false
+	for _, c := range in {
+		switch {
+		case c == '"' || c == '\\':
+			return nil, false
+		case c != ',' && c != ' ' && c != '\t':
+			names = true
+		}
+	}
+	return in, names
+}
+
+// QualifiedFields appends to dst the field-name lists of every qualified
+// no-cache and private directive in one Cache-Control value (each list
+// followed by a comma), the names a shared cache must not store or reuse
+// (RFC 9111 §5.2.2.4, §5.2.2.7). Only the first occurrence of each
+// directive counts, as in Parse.
+func QualifiedFields(dst, v []byte) []byte {
+	var seenNoCache, seenPrivate bool
+	for i := 0; i < len(v); i++ {
+		start := i
+		inQuote := false
+	scan:
+		for ; i < len(v); i++ {
+			switch c := v[i]; {
+			case inQuote && c == '\\':
+				i++
+			case c == '"':
+				inQuote = !inQuote
+			case !inQuote && c == ',':
+				break scan
+			}
+		}
+		e := v[start:min(i, len(v))]
+		name, val, hasVal := e, []byte(nil), false
+		if j := bytes.IndexByte(e, '='); j >= 0 {
+			name, val, hasVal = e[:j], trimOWS(e[j+1:]), true
+		}
+		seen := &seenNoCache
+		switch lookupDirective(trimOWS(name)) {
+		case dirNoCache:
+		case dirPrivate:
+			seen = &seenPrivate
+		default:
+			continue
+		}
+		if *seen {
+			continue
+		}
+		*seen = true
+		if f, ok := fieldList(val, hasVal); ok {
+			dst = append(append(dst, f...), ',')
+		}
+	}
+	return dst
+}
+
+// ListHas reports whether the comma-separated field-name list holds name,
+// ignoring ASCII case and optional whitespace. It allocates nothing.
+func ListHas(list, name []byte) bool {
+	for len(list) > 0 {
+		i := bytes.IndexByte(list, ',')
+		elem := list
+		if i >= 0 {
+			elem, list = list[:i], list[i+1:]
+		} else {
+			list = nil
+		}
+		if bytes.EqualFold(trimOWS(elem), name) {
+			return true
+		}
+	}
+	return false
 }
 
 // digits parses 1*DIGIT, clamped to MaxDeltaSeconds.

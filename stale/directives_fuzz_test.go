@@ -135,9 +135,17 @@ func refParse(lines ...string) Directives {
 			case "no-store":
 				d.NoStore = true
 			case "no-cache":
-				d.NoCache = true
+				if refQualified(val, hasVal) {
+					d.NoCacheQualified = true
+				} else {
+					d.NoCache = true
+				}
 			case "private":
-				d.Private = true
+				if refQualified(val, hasVal) {
+					d.PrivateQualified = true
+				} else {
+					d.Private = true
+				}
 			case "public":
 				d.Public = true
 			case "must-revalidate":
@@ -156,6 +164,15 @@ func refParse(lines ...string) Directives {
 		}
 	}
 	return d
+}
+
+// refQualified: a quoted field-name list without escapes naming something.
+func refQualified(val string, hasVal bool) bool {
+	if !hasVal || len(val) < 3 || val[0] != '"' || val[len(val)-1] != '"' {
+		return false
+	}
+	in := val[1 : len(val)-1]
+	return !strings.ContainsAny(in, "\"\\") && strings.Trim(in, ", \t") != ""
 }
 
 func FuzzParseCacheControl(f *testing.F) {

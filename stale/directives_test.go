@@ -53,10 +53,14 @@ func TestParseCacheControl(t *testing.T) {
 			want(func(d *Directives) { d.Public, d.MaxAge, d.NoCache = true, 10, true })},
 		{"quoted delta accepted §5.2", []string{`max-age="60", s-maxage="1\2"`},
 			want(func(d *Directives) { d.MaxAge, d.SMaxAge = 60, 12 })},
-		{"no-cache with field names is plain no-cache §5.2.2.4", []string{`no-cache="Set-Cookie, max-age=99", public`},
-			want(func(d *Directives) { d.NoCache, d.Public = true, true })},
-		{"private with field names is plain private §5.2.2.7", []string{`private="x", max-age=5`},
-			want(func(d *Directives) { d.Private, d.MaxAge = true, 5 })},
+		{"no-cache with field names is qualified §5.2.2.4", []string{`no-cache="Set-Cookie, max-age=99", public`},
+			want(func(d *Directives) { d.NoCacheQualified, d.Public = true, true })},
+		{"private with field names is qualified §5.2.2.7", []string{`private="x", max-age=5`},
+			want(func(d *Directives) { d.PrivateQualified, d.MaxAge = true, 5 })},
+		{"empty field list is plain no-cache §5.2.2.4", []string{`no-cache="", private=" , "`},
+			want(func(d *Directives) { d.NoCache, d.Private = true, true })},
+		{"unquoted field list is plain private §5.2.2.7", []string{`private=X-Name`},
+			want(func(d *Directives) { d.Private = true })},
 		{"quoted comma with escapes stays in the quote §5.6.4 RFC9110", []string{`no-cache="a\", max-age=1", s-maxage=2`},
 			want(func(d *Directives) { d.NoCache, d.SMaxAge = true, 2 })},
 		{"duplicate: first wins §4.2.1", []string{"max-age=10, max-age=20"},
@@ -132,5 +136,23 @@ func TestPragmaNoCache(t *testing.T) {
 				t.Errorf("PragmaNoCache(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestQualifiedFields(t *testing.T) {
+	// RFC 9111 §5.2.2.4 and §5.2.2.7: the named fields are the ones a
+	// shared cache must not store.
+	v := []byte(`max-age=60, no-cache="Set-Cookie, X-A", private="x-name", no-cache="Ignored"`)
+	got := QualifiedFields(nil, v)
+	for _, name := range []string{"set-cookie", "X-A", "X-Name"} {
+		if !ListHas(got, []byte(name)) {
+			t.Errorf("QualifiedFields(%q) = %q, lacks %s", v, got, name)
+		}
+	}
+	if ListHas(got, []byte("Ignored")) || ListHas(got, []byte("max-age=60")) {
+		t.Errorf("QualifiedFields(%q) = %q: a duplicate or another directive counted", v, got)
+	}
+	if got := QualifiedFields(nil, []byte(`no-cache, private`)); len(got) != 0 {
+		t.Errorf("unqualified directives name fields: %q", got)
 	}
 }

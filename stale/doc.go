@@ -39,8 +39,10 @@
 //   - Overflowing delta-seconds clamp to [MaxDeltaSeconds] = 2^31−1: RFC 9111
 //     §1.2.2 allows "the greatest positive integer it can conveniently
 //     represent", and 2^31−1 stays positive in any signed 32-bit entry field.
-//   - no-cache="field" and private="field" are read as plain no-cache and
-//     private, the conservative reading RFC 9111 §5.2.2.4 and §5.2.2.7 allow.
+//   - no-cache="field" and private="field" (RFC 9111 §5.2.2.4, §5.2.2.7)
+//     leave the response storable; the caller stores it without the named
+//     fields (Directives.NoCacheFields, PrivateFields, ListHas). A malformed
+//     or empty field list reads as the plain directive.
 //
 // Storing ([Storable]):
 //   - Only GET and HEAD (case-sensitive, RFC 9110 §9.1) are cached; 206 and

@@ -46,7 +46,8 @@ func heuristicAllowed(status int, cc *Directives) bool {
 }
 
 // heuristicStatus reports whether status is heuristically cacheable (RFC 9110
-// §15.1), minus 206, which this cache never stores (no range support). These
+// §15.1), minus 206, which this cache never stores (it fetches whole objects
+// and answers ranges itself). These
 // are also the statuses this cache "understands" for must-understand.
 func heuristicStatus(status int) bool {
 	switch status {

@@ -19,7 +19,9 @@ var (
 //	RFC 850      Sunday, 06-Nov-94 08:49:37 GMT
 //	asctime      Sun Nov  6 08:49:37 1994
 //
-// It allocates nothing. Leading or trailing whitespace, other zones than GMT,
+// Names, including the zone "GMT", match in any ASCII case: RFC 9110 §5.6.7
+// makes them case-sensitive but asks recipients to be lenient with dates, and
+// "gMT" from a broken origin is still unambiguous. It allocates nothing. Leading or trailing whitespace, other zones than GMT,
 // fractional seconds and out-of-range fields are rejected; see the package
 // doc for names, weekdays and two-digit years. An invalid date reports false;
 // RFC 9111 §5.3 says to treat such an Expires as a time in the past.
@@ -37,7 +39,7 @@ func ParseHTTPDate(b []byte) (time.Time, bool) {
 // parseIMFFixdate parses "Sun, 06 Nov 1994 08:49:37 GMT".
 func parseIMFFixdate(b []byte) (time.Time, bool) {
 	if !isShortDay(b[0:3]) || b[4] != ' ' || b[7] != ' ' || b[11] != ' ' || b[16] != ' ' ||
-		b[25] != ' ' || string(b[26:29]) != "GMT" {
+		b[25] != ' ' || !equalFoldASCII(b[26:29], "gmt") {
 		return time.Time{}, false
 	}
 	day, ok1 := num(b[5:7])
@@ -58,7 +60,7 @@ func parseRFC850(b []byte) (time.Time, bool) {
 	n := len(b) - rest
 	b, tail := b[:n], b[n:]
 	if !isLongDay(b) || tail[0] != ',' || tail[1] != ' ' || tail[4] != '-' || tail[8] != '-' ||
-		tail[11] != ' ' || tail[20] != ' ' || string(tail[21:24]) != "GMT" {
+		tail[11] != ' ' || tail[20] != ' ' || !equalFoldASCII(tail[21:24], "gmt") {
 		return time.Time{}, false
 	}
 	day, ok1 := num(tail[2:4])

@@ -38,7 +38,7 @@ func Storable(f *Facts, p Policy) (bool, Reason) {
 	if cc.NoStore && !cc.MustUnderstand {
 		return false, ReasonNoStore
 	}
-	if cc.Private { // RFC 9111 §3, §5.2.2.7; private="x" read as private
+	if cc.Private { // RFC 9111 §3, §5.2.2.7; private="x" strips x instead
 		return false, ReasonPrivate
 	}
 	// RFC 9111 §3.5: only these directives make an authenticated response
@@ -52,8 +52,10 @@ func Storable(f *Facts, p Policy) (bool, Reason) {
 	if f.VaryStar { // RFC 9111 §4.1: never matches a later request
 		return false, ReasonVaryStar
 	}
-	// Final statuses only (RFC 9111 §3); 206 needs range support this
-	// cache lacks; a 304 refreshes a stored entry rather than being one.
+	// Final statuses only (RFC 9111 §3). Any final status with explicit
+	// freshness is storable (a 500 with max-age=60 included); a 206 is not
+	// stored (the cache fetches whole objects and answers ranges itself),
+	// and a 304 refreshes a stored entry rather than being one.
 	if f.Status < 200 || f.Status > 599 || f.Status == 206 || f.Status == 304 {
 		return false, ReasonStatus
 	}
