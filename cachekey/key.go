@@ -92,7 +92,61 @@ func AppendVary(dst, name, value []byte) []byte {
 		return append(dst, 0)
 	}
 	dst = append(dst, 1)
+	if caseFreeList(name) {
+		return appendListField(dst, value)
+	}
 	return appendValueField(dst, value)
+}
+
+// caseFreeList reports the request fields whose values are lists of
+// case-insensitive tokens with parameters, so that Vary matching may
+// ignore case and all whitespace (RFC 9111 §4.1 allows normalising "in a
+// way that is known to have identical semantics"): Accept-Encoding
+// (codings and q are case-insensitive, RFC 9110 §12.5.3, §8.4.1) and
+// Accept-Language (language ranges are case-insensitive, RFC 4647 §2).
+func caseFreeList(name []byte) bool {
+	return equalFoldLower(name, "accept-encoding") || equalFoldLower(name, "accept-language")
+}
+
+// appendListField appends field(v normalised as by AppendValue, then
+// lower-cased, with the OWS around ";" and "=" removed): "gzip;q=0.5" and
+// "GZIP ; q=0.5" are one preference in the fields caseFreeList names.
+func appendListField(dst, v []byte) []byte {
+	start := len(dst)
+	dst = append(dst, 0) // length placeholder, fixed by prefixLen
+	vs := len(dst)
+	dst = AppendValue(dst, v)
+	w := vs
+	for r := vs; r < len(dst); r++ {
+		c := dst[r]
+		if c == ' ' && ((r > vs && (dst[r-1] == ';' || dst[r-1] == '=')) ||
+			(r+1 < len(dst) && (dst[r+1] == ';' || dst[r+1] == '='))) {
+			continue
+		}
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		dst[w] = c
+		w++
+	}
+	return prefixLen(dst[:w], start)
+}
+
+// equalFoldLower reports whether b equals the lower-case ASCII s, ignoring
+// ASCII case.
+func equalFoldLower(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != s[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // Digest is the 64-bit xxhash (seed 0) of key bytes; it feeds rendezvous

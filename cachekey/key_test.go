@@ -160,9 +160,10 @@ func TestAppendVary(t *testing.T) {
 		{"empty vs OWS only", []refVary{{"accept-encoding", s("")}}, []refVary{{"accept-encoding", s("  ")}}, true},
 		{"OWS normalised", []refVary{{"accept-encoding", s("gzip, br")}},
 			[]refVary{{"accept-encoding", s(" gzip ,br\t")}}, true},
-		{"spaces collapsed", []refVary{{"accept-language", s("en  us")}},
-			[]refVary{{"accept-language", s("en us")}}, true},
-		{"value case kept", []refVary{{"accept-language", s("en")}}, []refVary{{"accept-language", s("EN")}}, false},
+		{"spaces collapsed", []refVary{{"x-lang", s("en  us")}},
+			[]refVary{{"x-lang", s("en us")}}, true},
+		{"value case kept", []refVary{{"x-lang", s("en")}}, []refVary{{"x-lang", s("EN")}}, false},
+		{"Accept-Language case-free RFC9111§4.1", []refVary{{"accept-language", s("en-US;q=1")}}, []refVary{{"accept-language", s("EN-us ; Q=1")}}, true},
 		{"name case", []refVary{{"Accept-Encoding", s("gzip")}}, []refVary{{"accept-encoding", s("gzip")}}, true},
 		{"name differs", []refVary{{"accept-encoding", s("gzip")}}, []refVary{{"accept-language", s("gzip")}}, false},
 		{"boundary between dims", []refVary{{"a", s("b")}, {"c", nil}},
@@ -218,5 +219,25 @@ func TestDigest(t *testing.T) {
 		if got := Digest([]byte(tt.in)); got != tt.want {
 			t.Errorf("Digest(%q) = %#x, want %#x", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestAppendVaryListNormalised: RFC 9111 §4.1 lets a cache normalise
+// values with identical semantics; Accept-Encoding and Accept-Language
+// ignore case and whitespace.
+func TestAppendVaryListNormalised(t *testing.T) {
+	same := [][2]string{
+		{"Accept-Language", "en-US, fr;q=0.5"},
+		{"accept-language", "EN-us,fr ; q=0.5"},
+	}
+	a := AppendVary(nil, []byte(same[0][0]), []byte(same[0][1]))
+	b := AppendVary(nil, []byte(same[1][0]), []byte(same[1][1]))
+	if string(a) != string(b) {
+		t.Fatalf("Accept-Language spellings key apart: %q vs %q", a, b)
+	}
+	c := AppendVary(nil, []byte("X-Token"), []byte("AbC"))
+	d := AppendVary(nil, []byte("X-Token"), []byte("abc"))
+	if string(c) == string(d) {
+		t.Fatal("other fields must keep case")
 	}
 }

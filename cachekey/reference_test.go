@@ -126,7 +126,22 @@ func refKey(ignore, keyHeaders []string, p *Parts, vary []refVary) []byte {
 			continue
 		}
 		b = append(b, 1)
+		if n := refLower(d.name); n == "accept-encoding" || n == "accept-language" {
+			b = refField(b, refList(*d.value))
+			continue
+		}
 		b = refField(b, refValue(*d.value))
 	}
 	return b
+}
+
+// refList is the list-field normalisation of AppendVary: refValue,
+// lower-cased, no spaces next to ";" or "=".
+func refList(v string) string {
+	s := refLower(refValue(v))
+	for _, sep := range []string{";", "="} {
+		s = strings.ReplaceAll(s, " "+sep, sep)
+		s = strings.ReplaceAll(s, sep+" ", sep)
+	}
+	return s
 }

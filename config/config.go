@@ -413,6 +413,20 @@ type RouteCache struct {
 	// ExposeSurrogateKeys passes that field on to clients. Default false:
 	// tags are the origin's business, not the client's.
 	ExposeSurrogateKeys bool `yaml:"expose_surrogate_keys"`
+	// Targeted lists the targeted cache-control fields (RFC 9213) shield
+	// obeys, in priority order: the first one present in a response
+	// replaces its Cache-Control and Expires for shield. Default
+	// [CDN-Cache-Control]; [] obeys Cache-Control only.
+	Targeted []string `yaml:"targeted"`
+	// ForwardTargeted passes the Targeted fields on to clients. Default
+	// false: they are addressed to shield and removed.
+	ForwardTargeted bool `yaml:"forward_targeted"`
+	// AcceptEncoding is the content codings, in preference order, that
+	// a request's Accept-Encoding is reduced to before keying and
+	// forwarding: the first one the client accepts, else identity, so a
+	// URL has at most one variant per coding. Default [br, gzip]; [] or
+	// ["*"] forwards Accept-Encoding as the client sent it.
+	AcceptEncoding []string `yaml:"accept_encoding"`
 }
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:

@@ -102,5 +102,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 		setDefault(&r.PathPrefix, has(p+".path_prefix"), defaultPathPrefix)
 		setDefault(&r.Cache.MaxStale, has(p+".cache.max_stale"), defaultMaxStale)
 		setDefault(&r.Cache.SurrogateKeyHeader, has(p+".cache.surrogate_key_header"), defaultSurrogateKeyHeader)
+		setDefault(&r.Cache.Targeted, has(p+".cache.targeted"), []string{"CDN-Cache-Control"})
+		setDefault(&r.Cache.AcceptEncoding, has(p+".cache.accept_encoding"), []string{"br", "gzip"})
 	}
 }

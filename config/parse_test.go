@@ -113,7 +113,8 @@ func TestFullConfig(t *testing.T) {
 		{"routes[0].hosts lower-cased", c.Routes[0].Hosts, []string{"api.example.com", "api.example.net"}},
 		{"routes[0].cache", c.Routes[0].Cache, RouteCache{DefaultTTL: 30 * time.Second, IgnoreQuery: []string{"utm_source"},
 			KeyHeaders: []string{"Accept-Language"}, StaleWhileRevalidate: 10 * time.Second, StaleIfError: 5 * time.Minute,
-			MaxStale: 0, AllowSetCookie: true, SurrogateKeyHeader: "Surrogate-Key"}},
+			MaxStale: 0, AllowSetCookie: true, SurrogateKeyHeader: "Surrogate-Key",
+			Targeted: []string{"CDN-Cache-Control"}, AcceptEncoding: []string{"br", "gzip"}}},
 		{"routes[2].cache.disabled", c.Routes[2].Cache.Disabled, true},
 	}
 	for _, tc := range checks {

@@ -207,6 +207,21 @@ func (d *decoder) validateRouteCache(p string, rc *RouteCache) {
 			d.problem(fmt.Sprintf("%s.key_headers[%d]", p, i), "%q is not a valid header name", h)
 		}
 	}
+	for i, h := range rc.Targeted {
+		if !isToken(h) {
+			d.problem(fmt.Sprintf("%s.targeted[%d]", p, i), "%q is not a valid header name", h)
+		} else if strings.EqualFold(h, "Cache-Control") {
+			d.problem(fmt.Sprintf("%s.targeted[%d]", p, i), "Cache-Control is not a targeted field")
+		}
+	}
+	for i, c := range rc.AcceptEncoding {
+		if c == "*" && len(rc.AcceptEncoding) == 1 {
+			continue
+		}
+		if !isToken(c) || c == "*" || strings.EqualFold(c, "identity") {
+			d.problem(fmt.Sprintf("%s.accept_encoding[%d]", p, i), "%q is not a content coding (identity is the implicit last choice)", c)
+		}
+	}
 }
 
 // checkShadowing reports routes that can never match. Routes match in

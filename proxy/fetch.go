@@ -126,7 +126,11 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 		return answer{kind: ansStream, resp: resp, body: body, lease: l}
 	}
 	l.end()
-	if status >= 500 {
+	// An error answer the origin gave explicit freshness is an answer
+	// like any other (RFC 9111 §3): stored and served as a hit. With a
+	// stored copy to fall back on, the stale rules win instead: an
+	// origin failing now does not replace a good copy (README Decisions).
+	if status >= 500 && (se != nil || !explicitFreshness(resp, rte)) {
 		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}
 	}
 	if status == fasthttp.StatusTooManyRequests && rte.staleOn429 {
@@ -153,7 +157,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
 		body:         body,
 	}
-	headers, vary := storedHeaders(resp, respTime, rte)
+	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
 	fasthttp.ReleaseResponse(resp)
 	enc, key, stored := p.storeResponse(primary, &req.Header, &e, vary, headers, respTime)
 	if !stored {

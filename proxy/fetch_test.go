@@ -75,9 +75,29 @@ func TestOriginFailure(t *testing.T) {
 			t.Fatalf("response = %+v, want 502 with detail=error", got)
 		}
 	})
-	t.Run("origin 5xx is passed, not stored", func(t *testing.T) {
+	t.Run("origin 5xx with explicit freshness is stored RFC9111§3", func(t *testing.T) {
 		o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
-			w.Header().Set("Cache-Control", "public, max-age=3600")
+			w.Header().Set("Cache-Control", "max-age=60")
+			w.WriteHeader(500)
+			_, _ = w.Write([]byte("cacheable error"))
+		})
+		p := newTestProxy(t, o.addr(), nil)
+		for i := range 2 {
+			got := summary(serve(p, get(t, "/5xx")))
+			if got.code != 500 || got.body != "cacheable error" {
+				t.Fatalf("request %d = %+v, want the origin's 500", i, got)
+			}
+			if i == 1 && got.cacheStatus != "shield; hit; ttl=59" && got.cacheStatus != "shield; hit; ttl=60" {
+				t.Fatalf("second request Cache-Status = %q, want a hit", got.cacheStatus)
+			}
+		}
+		if n := o.hits.Load(); n != 1 {
+			t.Fatalf("origin got %d requests, want 1 (a 500 with max-age is stored)", n)
+		}
+	})
+	t.Run("origin 5xx without explicit freshness is passed, not stored", func(t *testing.T) {
+		o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+			w.Header().Set("Cache-Control", "public")
 			w.WriteHeader(503)
 			_, _ = w.Write([]byte("origin says no"))
 		})

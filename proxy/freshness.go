@@ -17,6 +17,9 @@ type decision struct {
 	lifetime   time.Duration
 	initialAge time.Duration
 	swr, sie   time.Duration
+	// strip lists (comma-separated) the fields a qualified no-cache or
+	// private names: stored without them (RFC 9111 §5.2.2.4, §5.2.2.7).
+	strip []byte
 }
 
 var (
@@ -30,16 +33,33 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 	var cc stale.Directives
 	cc.Reset()
 	hasCC, setCookie, varyStar := false, false, false
+	var strip []byte
+	// RFC 9213 §2.2: the first targeted field present with a value
+	// replaces Cache-Control and Expires for this cache.
+	var targeted []byte
+	for _, name := range rte.targeted {
+		if v := resp.Header.PeekBytes(name); len(bytes.TrimSpace(v)) > 0 {
+			targeted = v
+			cc.Parse(v)
+			strip = stale.QualifiedFields(strip, v)
+			hasCC = true
+			break
+		}
+	}
 	for k, v := range resp.Header.All() {
 		switch {
-		case bytes.EqualFold(k, hCacheControl):
+		case bytes.EqualFold(k, hCacheControl) && targeted == nil:
 			cc.Parse(v)
+			strip = stale.QualifiedFields(strip, v)
 			hasCC = true
 		case bytes.EqualFold(k, hSetCookie):
 			setCookie = true
 		case bytes.EqualFold(k, hVary):
 			varyStar = varyStar || listContains(v, []byte("*"))
 		}
+	}
+	if setCookie && stale.ListHas(strip, hSetCookie) {
+		setCookie = false // stored without it
 	}
 	f := stale.Facts{
 		Method:        methodGET, // HEAD misses are fetched as GET
@@ -48,10 +68,12 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 		SetCookie:     setCookie,
 		VaryStar:      varyStar,
 		Date:          resp.Header.PeekBytes(hDate),
-		Expires:       resp.Header.PeekBytes(hExpires),
 		LastModified:  resp.Header.PeekBytes(hLastModified),
 		ETag:          len(resp.Header.PeekBytes(hETag)) > 0,
 		ResponseTime:  respTime,
+	}
+	if targeted == nil {
+		f.Expires = resp.Header.PeekBytes(hExpires)
 	}
 	if hasCC {
 		f.CC = &cc
@@ -69,7 +91,35 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 		storable:   true,
 		lifetime:   stale.Lifetime(&f, rte.policy),
 		initialAge: stale.InitialAge(ageHdr, date, reqTime, respTime),
+		strip:      strip,
 	}
 	d.swr, d.sie = stale.Windows(f.CC, rte.policy)
 	return d
+}
+
+// explicitFreshness reports whether resp states its own lifetime for
+// shield (max-age, s-maxage or Expires, or a targeted field's): only such
+// error answers are stored (RFC 9111 §3, §4.2.1).
+func explicitFreshness(resp *fasthttp.Response, rte *route) bool {
+	for _, name := range rte.targeted {
+		if v := resp.Header.PeekBytes(name); len(bytes.TrimSpace(v)) > 0 {
+			return hasLifetime(v)
+		}
+	}
+	if len(resp.Header.PeekBytes(hExpires)) > 0 {
+		return true
+	}
+	for _, v := range resp.Header.PeekAll("Cache-Control") {
+		if hasLifetime(v) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasLifetime(v []byte) bool {
+	var cc stale.Directives
+	cc.Reset()
+	cc.Parse(v)
+	return cc.MaxAge >= 0 || cc.SMaxAge >= 0
 }

@@ -45,7 +45,7 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 			tags:       tags,
 		}
 		e.lastModified = bytes.Clone(resp.Header.PeekBytes(hLastModified))
-		headers, vary := storedHeaders(resp, now, rte)
+		headers, vary := storedHeaders(resp, now, rte, d.strip)
 		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
 		c.nearStored.Inc()
 	}

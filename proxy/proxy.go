@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,10 +100,17 @@ type route struct {
 	// (space-separated); exposeTags passes it on to clients.
 	tagHeader  []byte
 	exposeTags bool
-	scoped     bool   // tenant is part of the key
-	tenant     []byte // fixed tenant name, or nil
-	origin     *origin
-	m          *routeMetrics
+	// targeted are the RFC 9213 fields obeyed instead of Cache-Control,
+	// first present wins; forwardTargeted passes them on to clients.
+	targeted        [][]byte
+	forwardTargeted bool
+	// codings is the Accept-Encoding preference requests are reduced to
+	// (nil: forwarded as sent).
+	codings [][]byte
+	scoped  bool   // tenant is part of the key
+	tenant  []byte // fixed tenant name, or nil
+	origin  *origin
+	m       *routeMetrics
 }
 
 // New builds a proxy from a validated configuration.
@@ -221,6 +229,15 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		}
 		if rc.Tenant != "" {
 			r.tenant = []byte(rc.Tenant)
+		}
+		for _, h := range rc.Cache.Targeted {
+			r.targeted = append(r.targeted, []byte(h))
+		}
+		r.forwardTargeted = rc.Cache.ForwardTargeted
+		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" {
+			for _, c := range ae {
+				r.codings = append(r.codings, []byte(strings.ToLower(c)))
+			}
 		}
 		rt.routes[i] = r
 	}

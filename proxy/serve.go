@@ -166,6 +166,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
+	rte.canonicalEncoding(h)
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekBytes(hShieldReadThrough)) > 0

@@ -147,7 +147,7 @@ func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, 
 // response's Vary names (lower-case, sorted, unique). Via is stored
 // already combined with ours; Date is added when the origin sent none
 // (RFC 9110 §6.6.1).
-func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route) ([]header, [][]byte) {
+func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []byte) ([]header, [][]byte) {
 	allowSetCookie := rte.policy.AllowSetCookie
 	conn := resp.Header.PeekBytes(hConnection)
 	var hs []header
@@ -161,7 +161,8 @@ func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route) ([]header
 		case bytes.EqualFold(k, hVia):
 			via = append(append(via, v...), ", "...)
 			continue
-		case bytes.EqualFold(k, hSetCookie) && !allowSetCookie, rte.hidesTag(k):
+		case bytes.EqualFold(k, hSetCookie) && !allowSetCookie, rte.hidesTag(k), rte.hidesTargeted(k),
+			len(strip) > 0 && stale.ListHas(strip, k):
 			continue
 		case bytes.EqualFold(k, hVary):
 			vary = appendVaryNames(vary, v)
@@ -201,7 +202,7 @@ func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time, rte *route)
 	for k, v := range resp.Header.All() {
 		if isHopByHop(k, conn) || notStored(k) || bytes.EqualFold(k, []byte("Content-Type")) ||
 			bytes.EqualFold(k, []byte("Content-Encoding")) || bytes.EqualFold(k, []byte("Content-Range")) ||
-			rte.hidesTag(k) {
+			rte.hidesTag(k) || rte.hidesTargeted(k) {
 			continue
 		}
 		h := header{k: bytes.Clone(k), v: bytes.Clone(v)}
@@ -229,6 +230,25 @@ func hideTags(resp *fasthttp.Response, r *route) {
 	if !r.exposeTags && len(r.tagHeader) > 0 {
 		resp.Header.DelBytes(r.tagHeader)
 	}
+	if !r.forwardTargeted {
+		for _, name := range r.targeted {
+			resp.Header.DelBytes(name)
+		}
+	}
+}
+
+// hidesTargeted reports whether k is one of the route's targeted
+// cache-control fields (RFC 9213) and clients must not see it.
+func (r *route) hidesTargeted(k []byte) bool {
+	if r.forwardTargeted {
+		return false
+	}
+	for _, name := range r.targeted {
+		if bytes.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // generatedStatus writes a shield-made response with a Cache-Status.

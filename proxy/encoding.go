@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"bytes"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Accept-Encoding canonicalisation. Clients spell one preference many
+// ways ("gzip, deflate, br", "br, gzip", "gzip;q=1.0, br"), and with an
+// origin's Vary: Accept-Encoding each spelling would be its own variant
+// and its own origin fetch. Like mature shared caches, shield reduces the
+// field to the single coding it would pick — the first of the route's
+// codings (default br, gzip) the client accepts (RFC 9110 §12.5.3), else
+// identity — before keying and forwarding, so a URL has at most one
+// variant per coding.
+
+var (
+	hAcceptEncoding = []byte("Accept-Encoding")
+	codingIdentity  = []byte("identity")
+)
+
+// canonicalEncoding rewrites h's Accept-Encoding to the route's pick. It
+// allocates nothing once the request's header storage has grown to fit.
+func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) {
+	if r.codings == nil {
+		return
+	}
+	ae := h.PeekBytes(hAcceptEncoding)
+	for _, c := range r.codings {
+		if accepts(ae, c) {
+			if !bytes.Equal(ae, c) {
+				h.SetBytesKV(hAcceptEncoding, c)
+			}
+			return
+		}
+	}
+	if !bytes.Equal(ae, codingIdentity) {
+		h.SetBytesKV(hAcceptEncoding, codingIdentity)
+	}
+}
+
+// accepts reports whether the Accept-Encoding value ae accepts coding:
+// listed (or matched by "*") with a q-value above 0. An explicit entry
+// for the coding overrides "*" (RFC 9110 §12.5.3). Malformed elements
+// are ignored.
+func accepts(ae, coding []byte) bool {
+	star, named := false, false
+	starOK, namedOK := false, false
+	for len(ae) > 0 {
+		var elem []byte
+		if i := bytes.IndexByte(ae, ','); i >= 0 {
+			elem, ae = ae[:i], ae[i+1:]
+		} else {
+			elem, ae = ae, nil
+		}
+		name, params, _ := bytes.Cut(elem, []byte(";"))
+		name = bytes.TrimSpace(name)
+		ok := qPositive(params)
+		switch {
+		case bytes.EqualFold(name, coding):
+			named, namedOK = true, ok
+		case len(name) == 1 && name[0] == '*':
+			star, starOK = true, ok
+		}
+	}
+	if named {
+		return namedOK
+	}
+	return star && starOK
+}
+
+// qPositive reports whether the parameters of one element leave its
+// weight above zero (no q parameter means q=1).
+func qPositive(params []byte) bool {
+	for len(params) > 0 {
+		var p []byte
+		if i := bytes.IndexByte(params, ';'); i >= 0 {
+			p, params = params[:i], params[i+1:]
+		} else {
+			p, params = params, nil
+		}
+		k, v, ok := bytes.Cut(bytes.TrimSpace(p), []byte("="))
+		if !ok || !bytes.EqualFold(bytes.TrimSpace(k), []byte("q")) {
+			continue
+		}
+		v = bytes.TrimSpace(v)
+		for _, c := range v {
+			if c >= '1' && c <= '9' {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
