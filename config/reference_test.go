@@ -333,7 +333,22 @@ func sameValue(v reflect.Value, lit string) bool {
 		f, err := strconv.ParseFloat(lit, 64)
 		return err == nil && f == v.Float()
 	case reflect.Slice, reflect.Map:
-		return (lit == "[]" || lit == "{}") && v.Len() == 0
+		if (lit == "[]" || lit == "{}") && v.Len() == 0 {
+			return true
+		}
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String &&
+			strings.HasPrefix(lit, "[") && strings.HasSuffix(lit, "]") {
+			items := strings.Split(lit[1:len(lit)-1], ",")
+			if len(items) != v.Len() {
+				return false
+			}
+			for i, it := range items {
+				if strings.TrimSpace(it) != v.Index(i).String() {
+					return false
+				}
+			}
+			return true
+		}
 	}
 	return false
 }
