@@ -1,10 +1,17 @@
 package e2e
 
 import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestClusterPurgeWhileDownNotServedAfterRestart: a node that was down
@@ -63,4 +70,121 @@ func TestClusterPurgeWhileDownNotServedAfterRestart(t *testing.T) {
 		r, err := ce.get(n2, control)
 		return err == nil && parseCacheStatus(r.header).hit
 	})
+}
+
+// TestClusterRandomInvalidations interleaves fills through random nodes,
+// purges (hard, by URL) on random nodes' admin listeners, successful
+// POSTs through random nodes and membership changes (a node leaves, a new
+// one joins), and checks that no GET that started after an invalidation
+// of its path completed is answered with a version the origin produced
+// before that invalidation began (the demo origin counts per path).
+func TestClusterRandomInvalidations(t *testing.T) {
+	t.Parallel()
+	ce := newClusterEnv(t, 3)
+	const paths = 6
+	var (
+		mu    sync.Mutex
+		live  = append([]*clusterNode(nil), ce.nodes...)
+		floor [paths]atomic.Int64
+		gets  atomic.Int64
+		bad   atomic.Int64
+	)
+	pick := func(r *rand.Rand) *clusterNode {
+		mu.Lock()
+		defer mu.Unlock()
+		return live[r.IntN(len(live))]
+	}
+	count := func(path string) (int64, error) {
+		r, err := doHTTP(ce.e.client, http.MethodGet, "http://"+ce.e.originAddr+"/__origin/stats")
+		if err != nil || r.status != http.StatusOK {
+			return 0, fmt.Errorf("origin stats: %v %v", r, err)
+		}
+		var s originStats
+		if err := json.Unmarshal(r.body, &s); err != nil {
+			return 0, err
+		}
+		return s.ByPath[path], nil
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := r.IntN(paths)
+				path := "/rand/" + strconv.Itoa(i)
+				n := pick(r)
+				switch op := r.IntN(10); {
+				case op < 7:
+					min := floor[i].Load()
+					res, err := ce.get(n, path)
+					if err != nil || res.status != http.StatusOK {
+						continue
+					}
+					var body resource
+					if json.Unmarshal(res.body, &body) != nil {
+						continue
+					}
+					gets.Add(1)
+					if body.N <= min {
+						bad.Add(1)
+						t.Errorf("GET %s via %s: n=%d (%s), but an invalidation after n=%d had completed", path, n.id(), body.N, res.header.Get("Cache-Status"), min)
+					}
+				default:
+					before, err := count(path)
+					if err != nil {
+						continue
+					}
+					var res result
+					if op < 9 {
+						res, err = doHTTP(ce.e.client, http.MethodPost, "http://"+n.cfg.Admin+"/purge?url="+url.QueryEscape("http://"+clusterHost+path))
+					} else {
+						res, err = doHTTP(ce.e.client, http.MethodPost, "http://"+n.cfg.Listen+path, "Host", clusterHost)
+					}
+					if err != nil || res.status != http.StatusOK {
+						continue // the node was leaving: no invalidation to hold it to
+					}
+					for {
+						cur := floor[i].Load()
+						if cur >= before || floor[i].CompareAndSwap(cur, before) {
+							break
+						}
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	// A node leaves gracefully...
+	mu.Lock()
+	leaving := live[2]
+	live = live[:2]
+	mu.Unlock()
+	leaving.proc.terminate(t)
+	if code := leaving.proc.wait(t); code != 0 {
+		t.Errorf("%s exited %d, want 0", leaving.id(), code)
+	}
+	time.Sleep(2 * time.Second)
+	// ...and another joins.
+	joined := ce.addNode()
+	mu.Lock()
+	live = append(live, joined)
+	mu.Unlock()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	if gets.Load() < 100 {
+		t.Fatalf("only %d GETs answered: the test did not exercise the cluster", gets.Load())
+	}
+	if bad.Load() > 0 {
+		t.Fatalf("%d of %d GETs answered with a version older than a completed invalidation", bad.Load(), gets.Load())
+	}
+	t.Logf("%d GETs checked", gets.Load())
 }

@@ -362,8 +362,9 @@ func sendPurge(c *cluster, pc *peerClient, addr string, gen uint64, args url.Val
 // invalidateEverywhere delivers the URL invalidation of a successful
 // unsafe request (RFC 9111 §4.4) to every peer — the owner, a previous
 // owner inside the overlap window and edges with near copies may each
-// hold a copy — through the retried purge queues, so the client's answer
-// does not wait for it.
+// hold a copy. The client's answer waits for one parallel attempt (a peer
+// round trip), so a read after the write never finds the old copy on a
+// reachable peer; unreachable peers get it through their retried queues.
 func (p *Proxy) invalidateEverywhere(rawURL string, tid []byte) {
 	args := url.Values{"url": {rawURL}}
 	if len(tid) > 0 {
@@ -371,7 +372,7 @@ func (p *Proxy) invalidateEverywhere(rawURL string, tid []byte) {
 	}
 	rec := newPurge(args)
 	p.plog.add(rec)
-	p.deliver(rec, false)
+	p.deliver(rec, true)
 }
 
 // purgePath is the peer-listener path a purge is fanned out on.

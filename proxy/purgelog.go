@@ -155,8 +155,9 @@ type peerQueue struct {
 	wake    chan struct{}
 }
 
-// deliver queues r for every other current peer and returns their
-// first-attempt statuses when wait is set (0: not delivered yet, retried).
+// deliver sends r to every other current peer. With wait it first tries
+// each peer once, in parallel, and returns their statuses (0: not reached);
+// a peer that did not acknowledge gets r through its queue, retried.
 func (p *Proxy) deliver(r purgeRecord, wait bool) map[string]int {
 	c := p.cluster.Load()
 	if c == nil {
@@ -165,23 +166,31 @@ func (p *Proxy) deliver(r purgeRecord, wait bool) map[string]int {
 	v := c.m.View()
 	self := c.m.Self().ID
 	out := map[string]int{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	for _, peer := range v.Current.Peers() {
 		if peer.ID == self {
 			continue
 		}
 		q := p.queueFor(c, peer.ID)
-		if wait {
-			if pc := c.peers.Load().byID[peer.ID]; pc != nil {
-				if st := sendPurgeRecord(c, pc, peer.Addr, v.Current.Generation(), r); st == fasthttp.StatusOK {
-					out[peer.ID] = st
-					continue
-				} else {
-					out[peer.ID] = st
-				}
-			}
+		pc := c.peers.Load().byID[peer.ID]
+		if !wait || pc == nil {
+			q.push(r)
+			continue
 		}
-		q.push(r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := sendPurgeRecord(c, pc, peer.Addr, v.Current.Generation(), r)
+			mu.Lock()
+			out[peer.ID] = st
+			mu.Unlock()
+			if st != fasthttp.StatusOK {
+				q.push(r)
+			}
+		}()
 	}
+	wg.Wait()
 	return out
 }
 
