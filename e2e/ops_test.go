@@ -411,9 +411,12 @@ func TestSoftPurge(t *testing.T) {
 			t.Errorf("GET %d after the soft purge: body %q, want the stored %q", i+1, r.body, first.body)
 		}
 	}
-	if s := e.stats(); s.ByPath["/soft"] != 2 || s.InFlight != 1 {
-		t.Errorf("after %d stale answers the origin saw %d requests for /soft with %d in flight; want 2 and 1 (one refresh, still running)",
-			staleGets, s.ByPath["/soft"], s.InFlight)
+	// The refresh runs in the background: on a loaded machine it may not
+	// have reached the origin yet when the stale answers are back, so
+	// wait for it rather than expect it.
+	e.awaitOrigin("the one background refresh to start", func(s originStats) bool { return s.ByPath["/soft"] >= 2 })
+	if s := e.stats(); s.ByPath["/soft"] != 2 {
+		t.Errorf("after %d stale answers the origin saw %d requests for /soft; want 2 (one refresh)", staleGets, s.ByPath["/soft"])
 	}
 	e.awaitOrigin("the refresh to finish", func(s originStats) bool { return s.InFlight == 0 })
 	after := e.pollUntil(u, 20*time.Millisecond, 5*time.Second, "the refreshed entry",

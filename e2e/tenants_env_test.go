@@ -31,11 +31,18 @@ func newTenantEnv(t *testing.T, originMax int, body string) *env {
 			c.Origins["demo"].Timeout = 5 * time.Second
 			c.Origins["demo"].MaxConcurrency = originMax
 		}),
-		yamlSection(body),
+		yamlSection(body), // last: withTenantBody replaces it
 	}}
 	e.cfgPath = writeFile(t, "shield.yaml", e.cfg.render(t))
 	e.startShield()
 	return e
+}
+
+// withTenantBody is c, a newTenantEnv config, with body in place of the
+// routes and tenants sections it was built with.
+func (c shieldConfig) withTenantBody(body string) shieldConfig {
+	c.Extra = append(slices.Clone(c.Extra[:len(c.Extra)-1]), yamlSection(body))
+	return c
 }
 
 // scrapeTenants returns shield's /metrics text.
