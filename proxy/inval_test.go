@@ -1,0 +1,63 @@
+package proxy
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestInvalidationTableRoundTrip: what is saved is what is loaded.
+func TestInvalidationTableRoundTrip(t *testing.T) {
+	iv := newInvalidations()
+	iv.invalidateURL(7, false)
+	iv.invalidateURL(99, true)
+	iv.invalidateTag([]byte("news"), false)
+	iv.invalidateAll()
+	b := iv.encode()
+	got := newInvalidations()
+	if err := got.decode(b); err != nil {
+		t.Fatal(err)
+	}
+	// The clock is max(now, saved), so only the slots must match.
+	if !bytes.Equal(got.encode()[12:], b[12:]) {
+		t.Fatal("decoded table encodes differently")
+	}
+	if got.clock.Load() < iv.clock.Load() {
+		t.Fatal("the loaded clock went back")
+	}
+	if dead, _ := got.verdict(got.global.Load()-1, 12345, nil); !dead {
+		t.Fatal("an entry fetched before the saved global watermark is alive")
+	}
+}
+
+// FuzzInvalidationDecode: a damaged table file is an error, never a
+// panic, and never lowers what a table already holds.
+func FuzzInvalidationDecode(f *testing.F) {
+	iv := newInvalidations()
+	iv.invalidateURL(1, false)
+	iv.invalidateTag([]byte("t"), true)
+	f.Add(iv.encode())
+	f.Add([]byte("SHI1"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		x := newInvalidations()
+		x.invalidateURL(5, false)
+		before := x.url[5].hard.Load()
+		_ = x.decode(b)
+		if x.url[5].hard.Load() < before {
+			t.Fatal("decode lowered a slot")
+		}
+	})
+}
+
+// FuzzParsePeerTags: a peer's Shield-Tags value never panics and never
+// yields more tags than an entry may hold.
+func FuzzParsePeerTags(f *testing.F) {
+	f.Add([]byte("t00000000000000010102030405060708"))
+	f.Add([]byte("t"))
+	f.Add([]byte("x0000000000000001"))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		_, tags, ok := parsePeerTags(v)
+		if ok && (len(tags)%8 != 0 || len(tags) > maxTags*8) {
+			t.Fatalf("parsePeerTags(%q) = %d tag bytes", v, len(tags))
+		}
+	})
+}
