@@ -95,6 +95,12 @@ clean:
 bench-peers: build
 	bench/peers.sh
 
+## bench-economics: only the cluster-economics part of bench-peers (Zipf over
+## 1,000,000 keys: 3-node shield cluster vs 3 independent nginx / Varnish).
+.PHONY: bench-economics
+bench-economics: build
+	bench/economics.sh
+
 ## soak: e2e TestSoak for SOAK_DURATION (default 10m): three shields under a
 ## bounded load with a node restarted mid-run; RSS, goroutines and fds checked
 ## (see scripts/soak.sh). `make test` runs the same test for 30s.

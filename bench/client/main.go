@@ -15,6 +15,11 @@
 //	    (M is its admin /metrics) after each: the request path goes to
 //	    file F when the counter moved (another node owns the key), else
 //	    to L. The files feed bench/keys.lua (BENCH_PATHS).
+//	client zipf -targets H1,H2,H3 -keys 1000000 -requests 200000 -stats S
+//	    the cluster-economics stream (zipf.go): Zipf-ranked keys with
+//	    heavy-tailed sizes, round-robin over the targets; prints hit
+//	    ratio, origin requests against the floor, p50/p99. -plan prints
+//	    the stream's floor only.
 //
 // Connections are dialled before the release so that the figure measures
 // the proxy's collapsing, not 200 TCP handshakes racing the first fetch.
@@ -38,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: client collapse|warm|classify [flags]")
+		fmt.Fprintln(os.Stderr, "usage: client collapse|warm|classify|zipf [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -49,6 +54,8 @@ func main() {
 		err = warm(os.Args[2:])
 	case "classify":
 		err = classify(os.Args[2:])
+	case "zipf":
+		err = zipf(os.Args[2:])
 	default:
 		err = fmt.Errorf("client: unknown command %q", os.Args[1])
 	}
