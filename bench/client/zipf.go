@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -94,6 +95,7 @@ func zipf(args []string) error {
 	conc := fs.Int("c", 128, "connections (requests in flight)")
 	stats := fs.String("stats", "", "origin /__origin/stats URL")
 	host := fs.String("host", "shield-bench.test", "Host header of every request (the same on every target)")
+	maxErrors := fs.Int64("max-errors", 0, "failed requests (transport error, non-200, short body) tolerated before the command fails")
 	plan := fs.Bool("plan", false, "only print the stream's floor (distinct keys, bytes) and size quantiles")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -195,7 +197,10 @@ func zipf(args []string) error {
 		len(w.keys), distinct, float64(dbytes)/(1<<20), orig, float64(orig)/float64(distinct),
 		1-float64(orig)/float64(len(w.keys)), float64(orig)/wall.Seconds(), float64(len(w.keys))/wall.Seconds(),
 		wall.Seconds(), q(0.5), q(0.99), failed.Load())
-	if n := failed.Load(); n > 0 {
+	if err, _ := firstErr.Load().(error); err != nil {
+		fmt.Fprintf(os.Stderr, "client: zipf: %d requests failed, first: %v\n", failed.Load(), err)
+	}
+	if n := failed.Load(); n > *maxErrors {
 		return fmt.Errorf("client: zipf: %d requests failed, first: %v", n, firstErr.Load())
 	}
 	return nil
