@@ -89,6 +89,9 @@ type ClusterOptions struct {
 	HotKeyMaxAge time.Duration // near copy lifetime cap
 	HandoffKeys  int           // hottest entries pushed on leave
 	MaxBody      int           // largest forwarded answer read (cache.max_object_size plus slack)
+	// TLS, when set, makes connections to peers mutual TLS (the peer
+	// listener is wrapped by the caller with TLS.Server).
+	TLS *PeerTLS
 }
 
 // peerTable is rebuilt whenever membership changes.
@@ -161,7 +164,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		for _, peer := range v.Current.Peers() {
 			pc := clients[peer.ID+"@"+peer.Addr]
 			if pc == nil {
-				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout, opts.MaxBody), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
+				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout, opts.MaxBody, opts.TLS), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
 				}
@@ -184,7 +187,17 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 	}
 }
 
-func newPeerClient(addr string, timeout time.Duration, maxBody int) *fasthttp.HostClient {
+func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *PeerTLS) *fasthttp.HostClient {
+	hc := newPlainPeerClient(addr, timeout, maxBody)
+	if pt != nil {
+		// A dead owner must cost little: the dial and handshake together
+		// get the plain dial's 250ms, plus room for the handshake.
+		hc.DialTimeout = tlsDialer(addr, pt.Client, 500*time.Millisecond)
+	}
+	return hc
+}
+
+func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fasthttp.HostClient {
 	return &fasthttp.HostClient{
 		Addr:                      addr,
 		Name:                      "shield-peer",

@@ -187,7 +187,7 @@ func newHostClient(addr string, dial fasthttp.DialFuncWithTimeout, oc *config.Or
 
 // originDialer connects to addr within the connect timeout (or the
 // request's remaining time, if shorter) and, for https:// servers, does
-// the TLS handshake inside the same bound. fasthttp sees the TLS
+// the TLS handshake within the request's remaining time. fasthttp sees the TLS
 // connection as a plain one, so an origin's close_notify on an idle
 // connection reads as the EOF that triggers the stale-connection retry.
 // Certificate errors are logged (at most once per 10s per server) and
@@ -208,7 +208,13 @@ func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect
 			return newTrackedConn(c), nil
 		}
 		tconn := tls.Client(c, tc)
-		_ = c.SetDeadline(start.Add(d))
+		// connect_timeout bounds the TCP dial; the handshake gets what
+		// is left of the request's time (the fetch timeout).
+		hd := d
+		if remaining > d {
+			hd = remaining
+		}
+		_ = c.SetDeadline(start.Add(hd))
 		if err := tconn.Handshake(); err != nil {
 			_ = c.Close()
 			tlsErrs.Inc()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -56,11 +57,24 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 		}
 		src = s
 	}
-	p.SetCluster(m, src, proxy.ClusterOptionsFor(cfg))
+	opts := proxy.ClusterOptionsFor(cfg)
+	if cc.TLS != nil {
+		pt, err := proxy.NewPeerTLS(cc.TLS)
+		if err != nil {
+			return nil, err
+		}
+		opts.TLS = pt
+	}
+	p.SetCluster(m, src, opts)
 
 	ln, err := net.Listen("tcp", cc.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen peer %s: %w", cc.Listen, err)
+	}
+	if opts.TLS != nil {
+		// Peers must present a certificate signed by cluster.tls.ca_file
+		// before any request (and its secret) is read.
+		ln = tls.NewListener(ln, opts.TLS.Server)
 	}
 	n.peer = p.PeerServer(cfg.Server, logger)
 	go func() { errc <- n.peer.Serve(ln) }()

@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -112,11 +113,22 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	p.SetReloader(func() error { return reloadFile(path, p, logger) })
+	var certs *proxy.CertReloader
+	if t := cfg.Server.TLS; t != nil {
+		if certs, err = proxy.NewCertReloader(t.CertFile, t.KeyFile); err != nil {
+			return err
+		}
+	}
+	p.SetReloader(func() error { return reloadFile(path, p, certs, logger) })
 	pub := p.PublicServer(cfg.Server, logger)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	if certs != nil {
+		// The certificate is read per handshake from certs, which a
+		// reload replaces: established connections are untouched.
+		ln = tls.NewListener(ln, proxy.PublicTLS(cfg.Server.TLS, certs))
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- pub.Serve(ln) }()
@@ -184,10 +196,16 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 }
 
 // reloadFile validates the file and swaps it in; a bad file changes
-// nothing. Listener addresses, cache size/path and the cluster block need
-// a restart.
-func reloadFile(path string, p *proxy.Proxy, logger *slog.Logger) error {
+// nothing. The public listener's certificate is re-read (server.tls:
+// turning TLS on or off needs a restart, as do listener addresses, cache
+// size/path and the cluster block).
+func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, logger *slog.Logger) error {
 	cfg, err := config.Load(path)
+	if err == nil && certs != nil {
+		if t := cfg.Server.TLS; t != nil {
+			err = certs.Load(t.CertFile, t.KeyFile)
+		}
+	}
 	if err == nil {
 		err = p.Apply(cfg)
 	}
