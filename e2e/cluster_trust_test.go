@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,4 +188,46 @@ func TestClusterRandomInvalidations(t *testing.T) {
 		t.Fatalf("%d of %d GETs answered with a version older than a completed invalidation", bad.Load(), gets.Load())
 	}
 	t.Logf("%d GETs checked", gets.Load())
+}
+
+// TestClusterReadThroughAfterWrite: inside the overlap window after a
+// join, a key's new owner reads through to the previous owner; a write
+// (successful POST) made after the join, through any node, must not come
+// back that way: every GET after the POST answered is a version the
+// origin produced after it.
+func TestClusterReadThroughAfterWrite(t *testing.T) {
+	t.Parallel()
+	ce := newClusterEnv(t, 3, withOverlap(30*time.Second))
+	n1 := ce.nodes[0]
+	paths := keyPaths("rtw", 24)
+	for _, p := range paths {
+		if r, err := ce.get(n1, p); err != nil || r.status != http.StatusOK {
+			t.Fatalf("warm %s: %v %v", p, r, err)
+		}
+	}
+	joined := ce.addNode()
+	ce.waitConverged("after the join", ce.nodes...)
+	before := ce.e.stats().ByPath
+	for _, p := range paths {
+		r, err := doHTTP(ce.e.client, http.MethodPost, "http://"+n1.cfg.Listen+p, "Host", clusterHost)
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("POST %s: %v %v", p, r, err)
+		}
+	}
+	throughs := labelled("shield_peer_read_through_total", nil)
+	for _, p := range paths {
+		r, err := ce.get(joined, p)
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("GET %s via %s: %v %v", p, joined.id(), r, err)
+		}
+		path, _, _ := strings.Cut(p, "?")
+		if n := decode(t, r).N; n <= before[path] {
+			t.Errorf("GET %s via the new node after the POST: n=%d (%s), the pre-write copy (origin had %d before the POST)", p, n, r.header.Get("Cache-Status"), before[path])
+		}
+	}
+	if n := ce.sumOver(throughs, joined); n == 0 {
+		t.Errorf("no read-through to a previous owner on %s: the test did not exercise the overlap window", joined.id())
+	} else {
+		t.Logf("read-throughs on %s: %v", joined.id(), n)
+	}
 }
