@@ -84,6 +84,13 @@ func (l Limits) perNode(peers int) (rate.Limit, int) {
 	return rate.Limit(l.Rate / float64(peers)), ceilAtLeast1(float64(l.Burst) / float64(peers))
 }
 
+// perShare returns the rate and burst a node holding share (in (0, 1]) of
+// the fleet's limits enforces: rate × share and ceil(burst × share), at
+// least 1. perShare(1/n) is perNode(n).
+func (l Limits) perShare(share float64) (rate.Limit, int) {
+	return rate.Limit(l.Rate * share), ceilAtLeast1(float64(l.Burst) * share)
+}
+
 // ceilAtLeast1 rounds x up to an int, at least 1, saturating at MaxInt32
 // (a bucket larger than that is a configuration mistake, not a need).
 func ceilAtLeast1(x float64) int {

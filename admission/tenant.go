@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,9 @@ type Tenant struct {
 	// limits is the configured (fleet-wide, defaulted) Limits; replaced
 	// whole on reload.
 	limits atomic.Pointer[Limits]
+	// share is this node's fraction of the fleet's rate and burst, in
+	// (0, 1]; written under Tenants.mu, read by Stats.
+	share atomic.Uint64 // math.Float64bits
 
 	inFlight atomic.Int64
 	admitted atomic.Uint64
@@ -36,22 +40,41 @@ type TenantStats struct {
 	Rejected ReasonCounts
 	// InFlight is the number of admitted requests not yet Done.
 	InFlight int
+	// Share is this node's fraction of the fleet-wide rate and burst;
+	// NodeRate and NodeBurst are what this node enforces.
+	Share     float64
+	NodeRate  float64
+	NodeBurst int
 }
 
-func newTenant(name string, l Limits, peers int) *Tenant {
-	r, b := l.perNode(peers)
+func newTenant(name string, l Limits, share float64) *Tenant {
+	r, b := l.perShare(share)
 	t := &Tenant{name: name, lim: rate.NewLimiter(r, b)} // starts full
 	t.limits.Store(&l)
+	t.share.Store(math.Float64bits(share))
 	return t
 }
 
-// apply sets new limits or a new peer count without touching the bucket's
+// apply sets new limits or a new share without touching the bucket's
 // tokens beyond advancing them to now and clamping them to the new burst.
-func (t *Tenant) apply(l Limits, peers int, now time.Time) {
-	r, b := l.perNode(peers)
+func (t *Tenant) apply(l Limits, share float64, now time.Time) {
+	r, b := l.perShare(share)
 	t.lim.SetLimitAt(now, r)
 	t.lim.SetBurstAt(now, b)
 	t.limits.Store(&l)
+	t.share.Store(math.Float64bits(share))
+}
+
+// Share is this node's fraction of the class's fleet-wide rate and burst.
+func (t *Tenant) Share() float64 { return math.Float64frombits(t.share.Load()) }
+
+// usage is the class's cumulative demand (admitted plus refused for
+// rate: every request that reached the bucket) and admitted counts.
+// Concurrency refusals never reached the bucket and are not demand for
+// the rate.
+func (t *Tenant) usage() (demanded, admitted uint64) {
+	a := t.admitted.Load()
+	return a + t.rejected[Rate].Load(), a
 }
 
 // Name is the class name, or DefaultClass: the value for metric labels.
@@ -117,7 +140,9 @@ func (t *Tenant) Stats() TenantStats {
 		Limits:   *t.limits.Load(),
 		Admitted: t.admitted.Load(),
 		InFlight: t.InFlight(),
+		Share:    t.Share(),
 	}
+	s.NodeRate, s.NodeBurst = t.NodeLimits()
 	for i := range s.Rejected {
 		s.Rejected[i] = t.rejected[i].Load()
 	}

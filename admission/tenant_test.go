@@ -133,6 +133,7 @@ func TestAdmitDoneAndStats(t *testing.T) {
 		Limits:   Limits{Rate: 1, Burst: 2, MaxConcurrency: 1, OriginShare: 1},
 		Admitted: 2,
 		Rejected: ReasonCounts{Rate: 1, Concurrency: 1},
+		Share:    1, NodeRate: 1, NodeBurst: 2,
 	}
 	if s != want {
 		t.Fatalf("Stats() = %+v, want %+v", s, want)

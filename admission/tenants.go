@@ -36,7 +36,8 @@ func NewTenants(cfg Config, peers int) (*Tenants, error) {
 }
 
 // buildTable makes the table for cfg, reusing (and re-limiting at now)
-// the tenants of old that cfg keeps. cfg must be valid.
+// the tenants of old that cfg keeps, at their current share; new ones
+// start at 1/peers. cfg must be valid.
 func buildTable(cfg Config, old *table, peers int, now time.Time) *table {
 	reuse := func(name string, l Limits) *Tenant {
 		l = l.withDefaults()
@@ -49,9 +50,9 @@ func buildTable(cfg Config, old *table, peers int, now time.Time) *table {
 			}
 		}
 		if t == nil {
-			return newTenant(name, l, peers)
+			return newTenant(name, l, 1/float64(peers))
 		}
-		t.apply(l, peers, now)
+		t.apply(l, t.Share(), now)
 		return t
 	}
 	tab := &table{classes: make(map[string]*Tenant, len(cfg.Classes))}
@@ -98,7 +99,8 @@ func (ts *Tenants) Update(cfg Config, now time.Time) error {
 }
 
 // SetPeers sets the number of live peers (values below 1 count as 1) and
-// re-divides every class's rate and burst at now, keeping bucket state.
+// resets every class's share to 1/n at now, keeping bucket state. The
+// usage exchange (Fleet) then moves shares to follow demand.
 func (ts *Tenants) SetPeers(n int, now time.Time) {
 	n = max(1, n)
 	ts.mu.Lock()
@@ -108,9 +110,37 @@ func (ts *Tenants) SetPeers(n int, now time.Time) {
 	}
 	ts.peers = n
 	for _, t := range ts.tab.Load().all {
-		t.apply(*t.limits.Load(), n, now)
+		t.apply(*t.limits.Load(), 1/float64(n), now)
 	}
 }
+
+// SetShares sets each class's share to share(t) at now, keeping bucket
+// state (tokens are advanced at the old rate, then clamped to the new
+// burst; nothing is minted). Values outside (0, 1] and NaN are clamped to
+// (0, 1]; an unchanged share costs nothing.
+func (ts *Tenants) SetShares(now time.Time, share func(t *Tenant) float64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, t := range ts.tab.Load().all {
+		s := share(t)
+		switch {
+		case !(s > minShare):
+			s = minShare
+		case s > 1:
+			s = 1
+		}
+		if s != t.Share() {
+			t.apply(*t.limits.Load(), s, now)
+		}
+	}
+}
+
+// minShare keeps a share positive: a zero rate would make the bucket
+// refuse forever and its Retry-After meaningless.
+const minShare = 1e-6
+
+// classes returns the current classes, default first (read-only).
+func (ts *Tenants) classes() []*Tenant { return ts.tab.Load().all }
 
 // Peers returns the live peer count the rates are divided by.
 func (ts *Tenants) Peers() int {
