@@ -377,3 +377,18 @@ func TestConcurrent(t *testing.T) {
 		t.Errorf("outcomes + rejections = %d, want %d (%+v)", total, workers*calls, st)
 	}
 }
+
+// TestMinorityRunsDoNotTrip: once the window holds MinRequests outcomes,
+// a run of consecutive failures from one failing endpoint among healthy
+// ones (20% of the traffic) does not open the breaker; the ratio decides.
+func TestMinorityRunsDoNotTrip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := newTest(Settings{ConsecutiveFailures: 5, MinRequests: 20, FailureRatio: 0.5})
+		report(t, b, repeat(Success, 16)...)
+		report(t, b, repeat(Failure, 4)...) // 20 outcomes, 20% failures
+		report(t, b, repeat(Failure, 6)...) // a run of 10 > 5, ratio 10/26
+		wantState(t, b, Closed)
+		report(t, b, repeat(Failure, 6)...) // 16/32 = 0.5: the ratio trips
+		wantState(t, b, Open)
+	})
+}

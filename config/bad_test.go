@@ -163,6 +163,35 @@ cache:
 origins: {a: {servers: [x:1]}}
 routes: [{name: r, hosts: ["*"], origin: a}]
 `, nil, []want{{4, "cache.max_object_size", "at most cache.size/8 = 8MiB, got 9MiB"}}},
+		{"origin tls and health", `listen: :80
+origins:
+  a:
+    servers: ["https://x:443"]
+    tls: { cert_file: /nonexistent/c.pem, ca_file: /nonexistent/ca.pem, server_name: "bad name" }
+    idle_timeout: 0s
+    health_check: { path: healthz, interval: 1s, timeout: 2s, healthy: 0, unhealthy: 101 }
+routes: [{name: r, hosts: ["*"], origin: a}]
+server:
+  tls: { cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem, min_version: "1.1" }
+cluster:
+  node_id: n
+  listen: 127.0.0.1:9
+  secret: 0123456789abcdef0123
+  tls: { cert_file: /nonexistent/c.pem, key_file: /nonexistent/k.pem }
+`, nil, []want{
+			{5, "origins.a.tls.key_file", "required with cert_file"},
+			{5, "origins.a.tls.ca_file", "no such file"},
+			{5, "origins.a.tls.server_name", "invalid host name"},
+			{6, "origins.a.idle_timeout", "positive"},
+			{7, "origins.a.health_check.path", "starting with"},
+			{7, "origins.a.health_check.timeout", "less than interval"},
+			{7, "origins.a.health_check.healthy", "[1, 100]"},
+			{7, "origins.a.health_check.unhealthy", "[1, 100]"},
+			{10, "server.tls.cert_file", "cannot load"},
+			{10, "server.tls.min_version", "must be one of"},
+			{15, "cluster.tls.ca_file", "required"},
+			{15, "cluster.tls.cert_file", "cannot load"},
+		}},
 		{"origins", `listen: :80
 origins:
   API:
