@@ -8,7 +8,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// AdminHandler serves the admin listener: /metrics (Prometheus text
+// AdminHandler serves the admin listener: / (the status page, HTML) and
+// /status.json (the same data), /metrics (Prometheus text
 // format: shield's metrics plus Go runtime and process metrics),
 // /healthz (the process is up), /readyz (it should get traffic: false
 // before the listeners are up and while draining), POST /reload (re-read
@@ -18,6 +19,10 @@ import (
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		switch string(ctx.Path()) {
+		case "/":
+			p.serveStatus(ctx, false)
+		case "/status.json":
+			p.serveStatus(ctx, true)
 		case "/metrics":
 			ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 			var buf bytes.Buffer
@@ -60,8 +65,10 @@ func (p *Proxy) Reload() error {
 	}
 	if err := (*f)(); err != nil {
 		p.g.reloadFails.Inc()
+		p.events.add("reload-failed", err.Error())
 		return err
 	}
 	p.g.reloads.Inc()
+	p.events.add("reload", "configuration applied")
 	return nil
 }

@@ -73,6 +73,7 @@ var metricHelp = map[string][2]string{
 	"shield_near_copies_stored_total":              {"counter", "Near copies of hot keys stored at this edge."},
 	"shield_near_copy_hits_total":                  {"counter", "Requests answered from a near copy without forwarding."},
 	"shield_handoff_entries_sent_total":            {"counter", "Entries handed to new owners on a graceful leave."},
+	"shield_top_key_requests":                      {"gauge", "Estimated requests over the last 30-60s for this node's hottest keys (top 10 only; sampled space-saving sketch)."},
 	"shield_handoff_entries_received_total":        {"counter", "Entries received from leaving nodes."},
 }
 

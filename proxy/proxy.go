@@ -22,6 +22,7 @@ import (
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
+	"github.com/shield-proxy/shield/topk"
 )
 
 // Proxy is the request path of docs/architecture.md §1 for one node: route, admit, key,
@@ -51,6 +52,13 @@ type Proxy struct {
 	plog    *purgeLog
 	// hold is set while snapshot entries wait for the purge catch-up.
 	hold *snapshotHold
+	// top tracks this node's hottest keys (sampled; see topk).
+	top *topk.Sketch
+	// events keeps the last purges and reloads for the status page.
+	events eventLog
+	// started, nodeName and version head the status page.
+	started           time.Time
+	nodeName, version string // guarded by mu
 	// reload re-reads the configuration file (set by main).
 	reload atomic.Pointer[func() error]
 
@@ -123,6 +131,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 		cachePath:    cfg.Cache.Path,
 		origins:      make(map[string]*originState),
 		routeMetrics: make(map[string]*routeMetrics),
+		top:          topk.New(0, 0, 0),
+		started:      time.Now(),
 	}
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.ns = newNamespaces()
@@ -143,6 +153,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	p.holdSnapshot(cfg)
 	p.g = newGlobalMetrics(p.store.c)
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
+	p.g.set.RegisterMetricsWriter(p.writeTopKeyMetrics)
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
 	if err := p.Apply(cfg); err != nil {
 		return nil, err

@@ -241,6 +241,7 @@ func (p *Proxy) adminPurge(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.g.purges.Inc()
+	p.events.add("purge", res.Kind+" "+res.Target)
 	peers := p.deliver(rec, true)
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"purge": res, "peers": peers})
 }

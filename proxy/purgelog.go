@@ -305,6 +305,7 @@ func (p *Proxy) peerPurge(ctx *fasthttp.RequestCtx) {
 		writeJSON(ctx, fasthttp.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
+	p.events.add("purge", res.Kind+" "+res.Target+" (from a peer)")
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
 

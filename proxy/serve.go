@@ -192,6 +192,12 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	b := ctx.Response.SwapBody(nil)
 	var e entry
 	b, lk := p.lookup(b, ctx, sc, &e)
+	if p.top.Sample() {
+		// One request in topk.DefaultSample feeds the top-keys view;
+		// the others pay one atomic add.
+		hit := lk == lkHit
+		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.kind == kindNearCopy, now, ctx.Host(), ctx.RequestURI())
+	}
 	if forwardTo != nil {
 		// A fresh local copy (a near copy of a hot key) answers without
 		// the hop; anything else goes to the owner.

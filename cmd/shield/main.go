@@ -120,6 +120,11 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		}
 	}
 	p.SetReloader(func() error { return reloadFile(path, p, certs, logger) })
+	node, _ := os.Hostname()
+	if cfg.Cluster != nil {
+		node = cfg.Cluster.NodeID
+	}
+	p.SetNodeInfo(node, buildVersion())
 	pub := p.PublicServer(cfg.Server, logger)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

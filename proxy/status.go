@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"cmp"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/fastcache"
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/breaker"
+	"github.com/shield-proxy/shield/originpool"
+	"github.com/shield-proxy/shield/routing"
+	"github.com/shield-proxy/shield/statuspage"
+	"github.com/shield-proxy/shield/topk"
+)
+
+// topKeysExported is how many hot keys /metrics exports
+// (shield_top_key_requests): a fixed bound on that family's series.
+const topKeysExported = 10
+
+// eventLog keeps the last few purges and reloads for the status page.
+type eventLog struct {
+	mu   sync.Mutex
+	ring [32]statuspage.Event
+	n    int // events ever recorded
+}
+
+func (l *eventLog) add(kind, detail string) {
+	l.mu.Lock()
+	l.ring[l.n%len(l.ring)] = statuspage.Event{Time: time.Now(), Kind: kind, Detail: detail}
+	l.n++
+	l.mu.Unlock()
+}
+
+// recent returns the events, newest first.
+func (l *eventLog) recent() []statuspage.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]statuspage.Event, 0, min(l.n, len(l.ring)))
+	for i := l.n - 1; i >= 0 && i >= l.n-len(l.ring); i-- {
+		out = append(out, l.ring[i%len(l.ring)])
+	}
+	return out
+}
+
+// SetNodeInfo names this node on the status page (the cluster node ID,
+// else the host name) and gives the build version.
+func (p *Proxy) SetNodeInfo(node, version string) {
+	p.mu.Lock()
+	p.nodeName, p.version = node, version
+	p.mu.Unlock()
+}
+
+// Status gathers the status page's data at now.
+func (p *Proxy) Status(now time.Time) *statuspage.Status {
+	s := &statuspage.Status{Time: now, Uptime: now.Sub(p.started)}
+	var st fastcache.Stats
+	p.store.c.UpdateStats(&st)
+	s.Cache = statuspage.Cache{Entries: st.EntriesCount, Bytes: st.BytesSize, MaxBytes: st.MaxBytesSize}
+	if c := p.cluster.Load(); c != nil {
+		s.Cluster = c.status()
+	}
+	rt := p.rt.Load()
+	for _, r := range rt.routes {
+		s.Routes = append(s.Routes, routeStatus(r))
+	}
+	health := p.ServerHealth()
+	p.mu.Lock()
+	s.Node, s.Version = p.nodeName, p.version
+	names := make([]string, 0, len(p.origins))
+	for name := range p.origins {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		s.Origins = append(s.Origins, originStatus(name, p.origins[name], health[name], now))
+	}
+	if p.tenants != nil {
+		s.Tenants = tenantStatus(p.tenants.Stats())
+	}
+	p.mu.Unlock()
+	s.Keys = statuspage.Keys{Window: topk.DefaultWindow.String(), Sample: topk.DefaultSample}
+	for _, e := range p.top.Top(20, now) {
+		s.Keys.Top = append(s.Keys.Top, statuspage.Key{Key: e.Key, Requests: e.Count, Hits: e.Hits, Error: e.Error, NearCopy: e.Flag})
+	}
+	s.Events = p.events.recent()
+	if s.Node == "" && s.Cluster != nil {
+		for _, peer := range s.Cluster.Peers {
+			if peer.Self {
+				s.Node = peer.ID
+			}
+		}
+	}
+	return s
+}
+
+func routeStatus(r *route) statuspage.Route {
+	m := r.m
+	rs := statuspage.Route{Name: r.name, Origin: r.origin.name, ByResult: map[string]uint64{}, Stale: map[string]uint64{}, Bypass: map[string]uint64{}}
+	var hits, cacheable uint64
+	for i, c := range m.requests {
+		n := c.Get()
+		rs.ByResult[resultLabels[i]] = n
+		rs.Requests += n
+		switch result(i) {
+		case resHit, resCollapsed, resRevalidated, resStale:
+			hits += n
+			cacheable += n
+		case resMiss:
+			cacheable += n
+		case resBypass, resPass, resRejected, resError:
+			rs.Bypass[resultLabels[i]] = n
+		}
+	}
+	rs.HitRatio = -1
+	if cacheable > 0 {
+		rs.HitRatio = float64(hits) / float64(cacheable)
+	}
+	for i, c := range m.stale {
+		rs.Stale[staleLabels[i]] = c.Get()
+	}
+	return rs
+}
+
+func originStatus(name string, st *originState, servers []originpool.Status, now time.Time) statuspage.Origin {
+	bs := st.budget.Stats(now)
+	o := statuspage.Origin{Name: name, Breaker: "disabled", InFlight: bs.InFlight, Budget: bs.Limit, Ramping: bs.Ramping}
+	if b := st.brk.Load(); b != nil {
+		o.Breaker = b.State().String()
+	}
+	for i, c := range st.m.fetches {
+		n := c.Get()
+		o.Fetches += n
+		if fetchOutcome(i) >= out5xx {
+			o.Errors += n
+		}
+	}
+	o.ErrorRate = ratio(o.Errors, o.Fetches)
+	for _, sv := range servers {
+		h := "up"
+		switch {
+		case sv.Down:
+			h = "down"
+		case sv.Ejected:
+			h = "ejected"
+		}
+		o.Servers = append(o.Servers, statuspage.Server{Name: sv.Name, Health: h, InFlight: sv.InFlight, Requests: sv.Requests, Errors: sv.Errors, ErrorRate: ratio(sv.Errors, sv.Requests)})
+	}
+	return o
+}
+
+func ratio(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func tenantStatus(stats []admission.TenantStats) *statuspage.Tenants {
+	all := make([]statuspage.Tenant, 0, len(stats))
+	for _, ts := range stats {
+		t := statuspage.Tenant{Name: ts.Name, Admitted: ts.Admitted, InFlight: ts.InFlight, Rate: ts.Limits.Rate, ByReason: map[string]uint64{}}
+		for r := admission.Reason(1); int(r) < admission.NumReasons; r++ {
+			t.Rejected += ts.Rejected[r]
+			t.ByReason[r.String()] = ts.Rejected[r]
+		}
+		all = append(all, t)
+	}
+	byReq := slices.Clone(all)
+	slices.SortStableFunc(byReq, func(a, b statuspage.Tenant) int { return cmp.Compare(b.Admitted+b.Rejected, a.Admitted+a.Rejected) })
+	byRej := all
+	slices.SortStableFunc(byRej, func(a, b statuspage.Tenant) int { return cmp.Compare(b.Rejected, a.Rejected) })
+	return &statuspage.Tenants{ByRequests: byReq[:min(20, len(byReq))], ByRejections: byRej[:min(20, len(byRej))]}
+}
+
+// shareSamples is how many synthetic digests measure each peer's share.
+const shareSamples = 4096
+
+func (c *cluster) status() *statuspage.Cluster {
+	v := c.m.View()
+	cs := &statuspage.Cluster{
+		Generation:      strconv.FormatUint(v.Current.Generation(), 16),
+		Membership:      "static",
+		ConsulReachable: c.src.Reachable(),
+	}
+	if _, ok := c.src.(*routing.Consul); ok {
+		cs.Membership = "consul"
+	}
+	owned := map[string]int{}
+	for i := range uint64(shareSamples) {
+		owner, _ := v.Current.Owner(i * 0x9e3779b97f4a7c15)
+		owned[owner.ID]++
+	}
+	self := v.Current.Self()
+	table := c.peers.Load()
+	for _, peer := range v.Current.Peers() {
+		ps := statuspage.Peer{ID: peer.ID, Addr: peer.Addr, Weight: peer.Weight, Share: float64(owned[peer.ID]) / shareSamples, Up: true}
+		if ps.Weight == 0 {
+			ps.Weight = 1
+		}
+		ps.Self = self != nil && self.ID == peer.ID
+		if table != nil && !ps.Self {
+			if pc := table.byID[peer.ID]; pc != nil && pc.brk != nil && pc.brk.State() == breaker.Open {
+				ps.Up = false
+			}
+		}
+		cs.Peers = append(cs.Peers, ps)
+	}
+	return cs
+}
+
+// serveStatus answers GET / and GET /status.json.
+func (p *Proxy) serveStatus(ctx *fasthttp.RequestCtx, asJSON bool) {
+	s := p.Status(time.Now())
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	if asJSON {
+		ctx.SetContentType("application/json")
+		_ = statuspage.WriteJSON(ctx, s)
+		return
+	}
+	ctx.SetContentType("text/html; charset=utf-8")
+	if err := statuspage.WriteHTML(ctx, s); err != nil {
+		p.logger.Error("status page", "err", err)
+	}
+}
+
+// writeTopKeyMetrics exports the hottest keys, top topKeysExported only.
+func (p *Proxy) writeTopKeyMetrics(w io.Writer) {
+	for _, e := range p.top.Top(topKeysExported, time.Now()) {
+		metrics.WriteGaugeUint64(w, `shield_top_key_requests{key="`+labelValue(e.Key)+`"}`, e.Count)
+	}
+}
+
+// labelValue escapes a Prometheus label value.
+func labelValue(s string) string {
+	if !strings.ContainsAny(s, "\\\"\n") {
+		return s
+	}
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
