@@ -12,7 +12,7 @@ import (
 // present replaces Cache-Control (and Expires) for shield; targeted
 // fields are not passed on to clients unless the route says so.
 func TestTargetedCacheControl(t *testing.T) {
-	t.Run("CDN-Cache-Control overrides no-store §2.2", func(t *testing.T) {
+	t.Run("CDN-Cache-Control overrides no-store RFC 9213 §2.2", func(t *testing.T) {
 		o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 			w.Header().Set("Cache-Control", "no-store")
 			w.Header().Set("CDN-Cache-Control", "max-age=60")
@@ -35,7 +35,7 @@ func TestTargetedCacheControl(t *testing.T) {
 			t.Fatalf("origin got %d requests, want 1", n)
 		}
 	})
-	t.Run("targeted no-store overrides max-age §2.2", func(t *testing.T) {
+	t.Run("targeted no-store overrides max-age RFC 9213 §2.2", func(t *testing.T) {
 		o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 			w.Header().Set("Cache-Control", "public, max-age=3600")
 			w.Header().Set("CDN-Cache-Control", "no-store")
