@@ -315,6 +315,7 @@ func relayPeerHead(out, resp *fasthttp.Response, owner string) {
 // forwarding it again.
 func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
+		defer ensureDate(&ctx.Response)
 		c := p.cluster.Load()
 		if c == nil {
 			ctx.SetStatusCode(fasthttp.StatusNotFound)

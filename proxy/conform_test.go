@@ -1,9 +1,14 @@
 package proxy
 
 import (
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/shield-proxy/shield/config"
 )
@@ -142,5 +147,48 @@ func TestAccepts(t *testing.T) {
 		if got := accepts([]byte(tc.ae), []byte(tc.coding)); got != tc.want {
 			t.Errorf("accepts(%q, %q) = %v, want %v", tc.ae, tc.coding, got, tc.want)
 		}
+	}
+}
+
+// TestHitKeepsOriginDate: RFC 9110 §6.6.1 and RFC 9111 §4 — a stored
+// answer is served with the Date its origin sent; Age says how long it
+// has been stored. Through a real server with the public settings.
+func TestHitKeepsOriginDate(t *testing.T) {
+	date := time.Now().Add(-30 * time.Second).UTC().Format(http.TimeFormat)
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Date", date)
+		w.Header().Set("Cache-Control", "max-age=3600")
+		_, _ = w.Write([]byte("dated"))
+	})
+	p := newTestProxy(t, o.addr(), nil)
+	ln := fasthttputil.NewInmemoryListener()
+	srv := p.PublicServer(config.Server{ReadTimeout: time.Second, WriteTimeout: time.Second, IdleTimeout: time.Second, MaxHeaderSize: 8192, MaxBodySize: 1 << 20}, nil)
+	srv.MaxIdleWorkerDuration = 100 * time.Millisecond
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	defer c.CloseIdleConnections()
+	for i := range 2 {
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.SetRequestURI("http://" + testHost + "/dated")
+		if err := c.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(resp.Header.Peek("Date")); got != date {
+			t.Errorf("request %d: Date = %q, want the origin's %q", i, got, date)
+		}
+		if n := len(resp.Header.PeekAll("Date")); n != 1 {
+			t.Errorf("request %d: %d Date fields", i, n)
+		}
+		if i == 1 && !strings.HasPrefix(string(resp.Header.Peek("Cache-Status")), "shield; hit") {
+			t.Errorf("second request is not a hit: %q", resp.Header.Peek("Cache-Status"))
+		}
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	}
+	// shield's own answers are dated with the sending time.
+	ctx := serve(p, newCtx(t, "GET /x HTTP/1.1\nHost: unrouted.example\n"))
+	if !strings.Contains(ctx.Response.Header.String(), "\r\nDate: ") {
+		t.Errorf("generated answer has no Date:\n%s", ctx.Response.Header.String())
 	}
 }

@@ -167,7 +167,7 @@ func inMemoryServer(tb testing.TB, p *Proxy) *fasthttp.Client {
 	// The worker pool's cleaner notices Shutdown only when it next wakes,
 	// every MaxIdleWorkerDuration (10s by default); 100ms keeps goleak
 	// content without ignoring it, and a busy worker is never idle.
-	srv := &fasthttp.Server{Handler: p.Handler(), MaxIdleWorkerDuration: 100 * time.Millisecond}
+	srv := &fasthttp.Server{Handler: p.Handler(), NoDefaultDate: true, MaxIdleWorkerDuration: 100 * time.Millisecond}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	c := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}

@@ -62,7 +62,11 @@ var (
 )
 
 // serve is the public request handler: docs/architecture.md §1 for one node.
-func (p *Proxy) serve(ctx *fasthttp.RequestCtx) { p.serveRequest(ctx, false) }
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
+	p.serveRequest(ctx, false)
+	ensureDate(&ctx.Response)
+}
+
 
 // serveRequest routes, admits and answers a request. fromPeer marks a
 // request another node forwarded: it was admitted there, its tenant comes
@@ -456,20 +460,30 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
 // writeEntryHeaders sets status and stored headers; for a 304 only the
 // fields RFC 9110 §15.4.5 lists.
 func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
+	// The stored Date first (setting it resets the header, see setDate):
+	// a hit carries its origin's Date, not the sending time.
+	it := e.headers()
+	for k, ok := it.next(); ok; k, ok = it.next() {
+		v, _ := it.next()
+		if bytes.Equal(k, hDate) {
+			setDate(&resp.Header, v)
+			break
+		}
+	}
 	// Stored names are already canonical (normalised when the origin's
 	// answer was parsed): skip normalising them again on every hit, then
 	// restore normal behaviour for whoever reads the header next.
 	resp.Header.DisableNormalizing()
 	defer resp.Header.EnableNormalizing()
 	resp.SetStatusCode(e.status)
-	it := e.headers()
+	it = e.headers()
 	for {
 		k, ok := it.next()
 		if !ok {
 			break
 		}
 		v, _ := it.next()
-		if notModified && !notModifiedHeader(k) {
+		if (notModified && !notModifiedHeader(k)) || bytes.Equal(k, hDate) {
 			continue
 		}
 		resp.Header.AddBytesKV(k, v)

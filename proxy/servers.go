@@ -25,10 +25,12 @@ func (p *Proxy) PublicServer(s config.Server, logger *slog.Logger) *fasthttp.Ser
 		// ReadBufferSize bounds the request line and headers.
 		ReadBufferSize:     int(s.MaxHeaderSize),
 		MaxRequestBodySize: int(s.MaxBodySize),
-		// Server comes from the origin or the cached entry. Date is
-		// fasthttp's (the time of sending, cached per second): fasthttp
-		// manages Date itself and ignores a Date set by the handler, so
-		// a cached answer carries the current Date and its Age.
+		// Server comes from the origin or the cached entry. So does
+		// Date: a stored answer keeps the origin's Date and its Age
+		// says how long it was stored (RFC 9110 §6.6.1, RFC 9111 §4);
+		// fasthttp would replace it with the sending time, so its
+		// default is off and the handler dates what has no Date.
+		NoDefaultDate:                true,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
@@ -52,6 +54,7 @@ func (p *Proxy) PeerServer(s config.Server, logger *slog.Logger) *fasthttp.Serve
 		WriteTimeout:          s.WriteTimeout,
 		IdleTimeout:           s.IdleTimeout,
 		ReadBufferSize:        int(s.MaxHeaderSize),
+		NoDefaultDate:         true, // the owner's stored Date reaches the edge
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		Logger:                slogPrinter{logger},

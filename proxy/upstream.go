@@ -114,26 +114,25 @@ func isConditional(k []byte) bool {
 // copyResponseHead copies status and end-to-end headers of an origin
 // response, adds Via and, when the origin sent none, Date.
 func copyResponseHead(out *fasthttp.Response, resp *fasthttp.Response, now time.Time) {
+	// Date first: setting it resets the header (see setDate).
+	if !setDate(&out.Header, resp.Header.PeekBytes(hDate)) {
+		setDate(&out.Header, stale.AppendHTTPDate(nil, now))
+	}
 	out.SetStatusCode(resp.StatusCode())
 	conn := resp.Header.PeekBytes(hConnection)
 	var via []byte
-	hasDate := false
 	for k, v := range resp.Header.All() {
 		switch {
-		case isHopByHop(k, conn), bytes.EqualFold(k, hContentLength), bytes.EqualFold(k, hCacheStatus):
+		case isHopByHop(k, conn), bytes.EqualFold(k, hContentLength), bytes.EqualFold(k, hCacheStatus),
+			bytes.EqualFold(k, hDate):
 			continue
 		case bytes.EqualFold(k, hVia):
 			via = append(append(via, v...), ", "...)
 			continue
-		case bytes.EqualFold(k, hDate):
-			hasDate = true
 		}
 		out.Header.AddBytesKV(k, v)
 	}
 	out.Header.SetBytesKV(hVia, append(via, viaValue...))
-	if !hasDate {
-		out.Header.SetBytesKV(hDate, stale.AppendHTTPDate(nil, now))
-	}
 }
 
 // passResponse relays an origin response whose body has been read.
