@@ -67,7 +67,6 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	ensureDate(&ctx.Response)
 }
 
-
 // serveRequest routes, admits and answers a request. fromPeer marks a
 // request another node forwarded: it was admitted there, its tenant comes
 // from the peer protocol, and it is never forwarded again.
