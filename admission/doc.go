@@ -21,8 +21,11 @@
 //     There is no "0 = unlimited": an operator who wants a very high limit
 //     writes it down. Burst 0 defaults to ceil(Rate) (one second of traffic,
 //     at least 1); OriginShare 0 defaults to 1.
-//   - Fleet awareness: with n live peers each node enforces Rate/n and a burst
-//     of ceil(Burst/n) (at least 1). The burst is divided too, so the fleet
+//   - Fleet awareness: each node enforces Rate × share and ceil(Burst ×
+//     share) (at least 1). With n live peers the share starts at 1/n
+//     (SetPeers); the usage exchange (Fleet, Shares) then moves it to follow
+//     where the tenant's demand lands, the shares summing to at most 1. With
+//     share 1/n: a burst of ceil(Burst/n). The burst is divided too, so the fleet
 //     admits about Burst + Rate·t in any window t, which is what the operator
 //     configured; an undivided burst would let one tenant send n·Burst at once
 //     to a cold origin, exactly what admission is there to stop. Rounding up

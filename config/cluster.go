@@ -26,6 +26,7 @@ func applyClusterDefaults(c *Config, has func(string) bool) {
 	setDefault(&cl.HotKeyRate, has("cluster.hot_key_rate"), 500)
 	setDefault(&cl.HotKeyMaxAge, has("cluster.hot_key_max_age"), time.Second)
 	setDefault(&cl.HandoffKeys, has("cluster.handoff_keys"), 1000)
+	setDefault(&cl.UsageInterval, has("cluster.usage_interval"), time.Second)
 	longest := time.Duration(0)
 	for _, o := range c.Origins {
 		longest = max(longest, o.Timeout)
@@ -83,6 +84,9 @@ func (d *decoder) validateCluster(c *Config) {
 	}
 	if cl.HandoffKeys < 0 || cl.HandoffKeys > 100000 {
 		d.problem("cluster.handoff_keys", "must be in [0, 100000], got %d", cl.HandoffKeys)
+	}
+	if u := cl.UsageInterval; u != 0 && (u < 100*time.Millisecond || u > 10*time.Second) {
+		d.problem("cluster.usage_interval", "must be 0 (off) or in [100ms, 10s], got %s", u)
 	}
 	switch cl.Membership {
 	case "static":

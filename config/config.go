@@ -99,6 +99,11 @@ type Cluster struct {
 	// HandoffKeys is how many of its hottest entries a node pushes to
 	// their new owners when it leaves gracefully. Default 1000; 0 disables.
 	HandoffKeys int `yaml:"handoff_keys"`
+	// UsageInterval is how often nodes exchange per-tenant usage so each
+	// node's share of a tenant's rate and burst follows where its traffic
+	// lands. Default 1s, in [100ms, 10s]; 0 turns the exchange off (every
+	// node enforces rate/n).
+	UsageInterval time.Duration `yaml:"usage_interval"`
 	// Membership is "static" (default: Peers, or just this node) or
 	// "consul".
 	Membership string `yaml:"membership"`

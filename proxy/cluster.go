@@ -67,6 +67,7 @@ type cluster struct {
 	peers   atomic.Pointer[peerTable]
 	hot     *hotKeys
 	opts    ClusterOptions
+	usage   *usageExchange // nil when the usage exchange is off
 
 	qmu    sync.Mutex            // guards queues
 	queues map[string]*peerQueue // purges not yet delivered, by peer id
@@ -89,6 +90,9 @@ type ClusterOptions struct {
 	HotKeyMaxAge time.Duration // near copy lifetime cap
 	HandoffKeys  int           // hottest entries pushed on leave
 	MaxBody      int           // largest forwarded answer read (cache.max_object_size plus slack)
+	// UsageInterval is how often tenant usage is exchanged with peers so
+	// shares follow demand (proxy/usage.go); 0: each node keeps rate/n.
+	UsageInterval time.Duration
 	// TLS, when set, makes connections to peers mutual TLS (the peer
 	// listener is wrapped by the caller with TLS.Server).
 	TLS *PeerTLS
@@ -328,6 +332,10 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetStatusCode(fasthttp.StatusForbidden)
 			ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))
 			ctx.SetBodyString("forbidden\n")
+			return
+		}
+		if string(ctx.Path()) == usagePath {
+			p.takeUsage(ctx, c)
 			return
 		}
 		v := c.m.View()

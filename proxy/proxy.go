@@ -389,6 +389,9 @@ func (p *Proxy) writeStateMetrics(w io.Writer) {
 			l := `{tenant="` + ts.Name + `"}`
 			metrics.WriteCounterUint64(w, `shield_admission_admitted_total`+l, ts.Admitted)
 			metrics.WriteGaugeUint64(w, `shield_tenant_in_flight`+l, uint64(ts.InFlight))
+			metrics.WriteGaugeFloat64(w, `shield_tenant_share`+l, ts.Share)
+			metrics.WriteGaugeFloat64(w, `shield_tenant_node_rate`+l, ts.NodeRate)
+			metrics.WriteGaugeUint64(w, `shield_tenant_node_burst`+l, uint64(ts.NodeBurst))
 			for r := admission.Reason(1); int(r) < admission.NumReasons; r++ {
 				metrics.WriteCounterUint64(w, `shield_admission_rejected_total{tenant="`+ts.Name+`",reason="`+r.String()+`"}`, ts.Rejected[r])
 			}

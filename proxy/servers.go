@@ -65,12 +65,13 @@ func (p *Proxy) PeerServer(s config.Server, logger *slog.Logger) *fasthttp.Serve
 func ClusterOptionsFor(cfg *config.Config) ClusterOptions {
 	cc := cfg.Cluster
 	return ClusterOptions{
-		Secret:       cc.Secret,
-		PeerTimeout:  cc.PeerTimeout,
-		HotKeyRate:   cc.HotKeyRate,
-		HotKeyMaxAge: cc.HotKeyMaxAge,
-		HandoffKeys:  cc.HandoffKeys,
-		MaxBody:      int(cfg.Cache.MaxObjectSize) + 1<<20,
+		Secret:        cc.Secret,
+		PeerTimeout:   cc.PeerTimeout,
+		HotKeyRate:    cc.HotKeyRate,
+		HotKeyMaxAge:  cc.HotKeyMaxAge,
+		HandoffKeys:   cc.HandoffKeys,
+		UsageInterval: cc.UsageInterval,
+		MaxBody:       int(cfg.Cache.MaxObjectSize) + 1<<20,
 	}
 }
 
