@@ -192,3 +192,54 @@ func TestHitKeepsOriginDate(t *testing.T) {
 		t.Errorf("generated answer has no Date:\n%s", ctx.Response.Header.String())
 	}
 }
+
+// TestUnsafeInvalidatesLocation: RFC 9111 §4.4 — a successful unsafe
+// request invalidates the Location and Content-Location URLs on the
+// request's host, never those on another host.
+func TestUnsafeInvalidatesLocation(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		if r.Method == http.MethodPost {
+			w.Header().Set("Location", "/item?id=1")
+			w.Header().Set("Content-Location", "http://"+testHost+"/list")
+			w.WriteHeader(201)
+			return
+		}
+		cacheable("v")(w, r, n)
+	})
+	p := newTestProxy(t, o.addr(), nil)
+	for _, path := range []string{"/item?id=1", "/list", "/other"} {
+		serve(p, get(t, path))
+	}
+	before := o.hits.Load()
+	serve(p, newCtx(t, request("POST", "/create")))
+	for _, path := range []string{"/item?id=1", "/list"} {
+		if got := summary(serve(p, get(t, path))); strings.HasPrefix(got.cacheStatus, "shield; hit") {
+			t.Errorf("%s after POST: %+v, want invalidated", path, got)
+		}
+	}
+	if got := summary(serve(p, get(t, "/other"))); !strings.HasPrefix(got.cacheStatus, "shield; hit") {
+		t.Errorf("/other after POST: %+v, want still cached", got)
+	}
+	if n := o.hits.Load() - before; n != 3 {
+		t.Errorf("origin got %d requests after the POST, want 3 (POST + two refetches)", n)
+	}
+}
+
+// TestUnsafeKeepsForeignLocation: RFC 9111 §4.4 — a Location on another
+// host is not invalidated (an origin must not purge another's content).
+func TestUnsafeKeepsForeignLocation(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		if r.Method == http.MethodPost {
+			w.Header().Set("Location", "http://elsewhere.example/item")
+			w.WriteHeader(201)
+			return
+		}
+		cacheable("v")(w, r, n)
+	})
+	p := newTestProxy(t, o.addr(), nil)
+	serve(p, get(t, "/item"))
+	serve(p, newCtx(t, request("POST", "/create")))
+	if got := summary(serve(p, get(t, "/item"))); !strings.HasPrefix(got.cacheStatus, "shield; hit") {
+		t.Errorf("/item after a POST naming another host: %+v, want still cached", got)
+	}
+}

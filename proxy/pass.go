@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -33,11 +34,66 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		}
 		scratchPool.Put(sc)
 		p.g.invalidations.Inc()
+		p.invalidateRelated(ctx, rt, tid, fromPeer)
 	}
 	if res == resMiss {
 		return resPass
 	}
 	return res
+}
+
+var (
+	hLocation        = []byte("Location")
+	hContentLocation = []byte("Content-Location")
+)
+
+// invalidateRelated invalidates the URLs in the answer's Location and
+// Content-Location when they name the request's host (RFC 9111 §4.4; a
+// URL on another host is never invalidated, so an origin cannot purge
+// someone else's content). Each is keyed under the route its path
+// matches, by briefly pointing the request at it.
+func (p *Proxy) invalidateRelated(ctx *fasthttp.RequestCtx, rt *runtimeConfig, tid []byte, fromPeer bool) {
+	scheme := "http://"
+	if ctx.IsTLS() {
+		scheme = "https://"
+	}
+	host := string(ctx.Request.Header.Host())
+	base := scheme + host + string(ctx.Request.Header.RequestURI())
+	for _, name := range [...][]byte{hLocation, hContentLocation} {
+		v := ctx.Response.Header.PeekBytes(name)
+		if len(v) == 0 {
+			continue
+		}
+		u := fasthttp.AcquireURI()
+		if err := u.Parse(nil, []byte(base)); err == nil {
+			u.UpdateBytes(v)
+		}
+		target := string(u.RequestURI())
+		same := strings.EqualFold(string(u.Host()), host) && string(u.Scheme())+"://" == scheme
+		fasthttp.ReleaseURI(u)
+		if !same || target == string(ctx.Request.Header.RequestURI()) {
+			continue
+		}
+		r := rt.table.Match(ctx.Request.Header.Host(), []byte(target))
+		if r == nil {
+			continue
+		}
+		rte := rt.routes[r.Index]
+		orig := string(ctx.Request.Header.RequestURI())
+		ctx.Request.SetRequestURI(target)
+		sc := scratchPool.Get().(*scratch)
+		sc.reset()
+		sc.tid = tid
+		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
+		p.iv.invalidateURL(sc.urlDigest(), false)
+		p.store.del(sc.key)
+		scratchPool.Put(sc)
+		ctx.Request.SetRequestURI(orig)
+		if p.cluster.Load() != nil && !fromPeer {
+			p.invalidateEverywhere(scheme+host+target, tid)
+		}
+		p.g.invalidations.Inc()
+	}
 }
 
 // bypass forwards a cacheable-method request that must not use the cache.
