@@ -44,6 +44,8 @@ type clusterNodeConfig struct {
 	Overlap      string // cluster.overlap, default 2s
 	HotKeyMaxAge string // cluster.hot_key_max_age, default shield's
 	CachePath    string // cache.path, default none (no snapshot)
+	// Edit, when set, adjusts the generated configuration last.
+	Edit func(*config.Config)
 }
 
 // config is the node's configuration file: demoNode plus a Consul
@@ -65,6 +67,9 @@ func (cfg clusterNodeConfig) config(t *testing.T) string {
 			NodeID: cfg.NodeID, Listen: cfg.Peer, Secret: cfg.Secret,
 			Overlap: overlap, HotKeyMaxAge: maxAge, Membership: "consul",
 			Consul: config.ClusterConsul{Address: cfg.Consul, Service: cfg.Service, CheckInterval: time.Second},
+		}
+		if cfg.Edit != nil {
+			cfg.Edit(c)
 		}
 	}))
 }

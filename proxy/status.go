@@ -115,7 +115,7 @@ func routeStatus(r *route) statuspage.Route {
 			cacheable += n
 		case resMiss:
 			cacheable += n
-		case resBypass, resPass, resRejected, resError:
+		case resBypass, resPass, resRejected, resError, resPeer:
 			rs.Bypass[resultLabels[i]] = n
 		}
 	}

@@ -65,7 +65,7 @@ type Route struct {
 	Stale    map[string]uint64 `json:"stale_served"`
 	// Bypass counts answers not served from cache by reason: bypass
 	// (uncacheable request or hit-for-miss), pass (unsafe method),
-	// rejected (admission), error.
+	// rejected (admission), error, peer (forwarded to the key's owner).
 	Bypass map[string]uint64 `json:"bypass"`
 }
 
