@@ -83,3 +83,21 @@ func TestHitAllocsInMemoryServer(t *testing.T) {
 		t.Errorf("GET through server and client = %v allocs/op, want 0", allocs)
 	}
 }
+
+// TestRangeHitAllocs: a single-range request answered 206 from cache
+// (RFC 9110 §14) allocates nothing either.
+func TestRangeHitAllocs(t *testing.T) {
+	p, _ := warmHit(t, false)
+	ctx := get(t, "/hit?id=42", "Range: bytes=100-199")
+	h := p.Handler()
+	allocs := testing.AllocsPerRun(1000, func() {
+		ctx.Response.Reset()
+		h(ctx)
+	})
+	if ctx.Response.StatusCode() != 206 || len(ctx.Response.Body()) != 100 {
+		t.Fatalf("status = %d, %d bytes; want 206 with 100", ctx.Response.StatusCode(), len(ctx.Response.Body()))
+	}
+	if allocs != 0 {
+		t.Errorf("range HIT = %v allocs/op, want 0", allocs)
+	}
+}

@@ -217,3 +217,19 @@ func BenchmarkHitInMemoryServer(b *testing.B) {
 		checkClientHit(b, resp)
 	}
 }
+
+// BenchmarkRangeHit: a 100-byte range of a stored object, through the
+// handler with a reused RequestCtx.
+func BenchmarkRangeHit(b *testing.B) {
+	p, _ := warmHit(b, false)
+	ctx := get(b, "/hit?id=42", "Range: bytes=100-199")
+	h := p.Handler()
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		h(ctx)
+	}
+	if ctx.Response.StatusCode() != 206 {
+		b.Fatalf("status %d, want 206", ctx.Response.StatusCode())
+	}
+}

@@ -35,6 +35,7 @@ type scratch struct {
 	ownerID   string      // the owner a request was forwarded to
 	prevOwner *peerClient // the key's previous owner, inside the overlap window
 	urlLen    int         // key[:urlLen] names the URL (cachekey.AppendURL)
+	ranges    []byteRange // Range parsing (buffer only)
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -165,7 +166,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	} else if stale.PragmaNoCache(h.PeekBytes(hPragma)) {
 		sc.cc.NoCache = true
 	}
-	if rte.disabled || sc.cc.NoStore || len(h.PeekBytes(hRange)) > 0 || len(ctx.Request.Body()) > 0 {
+	if rte.disabled || sc.cc.NoStore || len(ctx.Request.Body()) > 0 {
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
@@ -256,6 +257,10 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.miss(ctx, rt, rte, sc, staleCopy, fwd)
 	case lkHitForMiss:
 		ctx.Response.SwapBody(b[:0])
+		if len(h.PeekBytes(hRange)) > 0 {
+			// Unstorable or too large: the origin answers the range.
+			return p.bypass(ctx, rte, t, fromPeer, "uncacheable")
+		}
 		return p.fetch(ctx, rt, rte, sc, nil, nil, "bypass")
 	case lkVaryMiss:
 		ctx.Response.SwapBody(b[:0])
@@ -408,6 +413,23 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 		resp.SwapBody(b[:0])
 		return
 	}
+	if wantsRange(&ctx.Request.Header, e) {
+		var part, multi []byte
+		var whole bool
+		part, multi, whole, sc.tmp, sc.ranges = rangeAnswer(resp, &ctx.Request.Header, e, b[:len(e.body)], sc.tmp, sc.ranges)
+		switch {
+		case whole:
+		case multi != nil:
+			resp.SwapBody(b[:0])
+			resp.SetBody(multi)
+			return
+		default:
+			// Move the part to the buffer's start (memmove) so the whole
+			// buffer goes back to the response: no allocation.
+			resp.SwapBody(b[:copy(b, part)])
+			return
+		}
+	}
 	resp.SwapBody(b[:len(e.body)])
 }
 
@@ -500,6 +522,18 @@ func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duratio
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
 		return
+	}
+	if wantsRange(&ctx.Request.Header, e) {
+		part, multi, whole, _, _ := rangeAnswer(resp, &ctx.Request.Header, e, e.body, nil, nil)
+		switch {
+		case whole:
+		case multi != nil:
+			resp.SetBody(multi)
+			return
+		default:
+			resp.SetBody(part)
+			return
+		}
 	}
 	resp.SetBody(e.body)
 }

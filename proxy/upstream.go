@@ -51,7 +51,7 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fr
 		case bytes.EqualFold(k, hVia):
 			via = append(append(via, v...), ", "...)
 			continue
-		case forCache && (isConditional(k) || isRewriteHeader(k)):
+		case forCache && (isConditional(k) || isRewriteHeader(k) || bytes.EqualFold(k, hRange)):
 			continue
 		}
 		req.Header.AddBytesKV(k, v)

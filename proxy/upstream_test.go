@@ -81,7 +81,7 @@ func TestHopByHopNotForwarded(t *testing.T) {
 		{"hit", "/s?cc=public,max-age=60", "", "shield; hit"},
 		{"unstored miss", "/u?cc=private", "", "shield; fwd=miss"},
 		{"hit-for-miss", "/u?cc=private", "", "shield; fwd=bypass"},
-		{"uncacheable request", "/r", "Range: bytes=0-1", "shield; fwd=bypass; detail=uncacheable-request"},
+		{"uncacheable request", "/r", "Cache-Control: no-store", "shield; fwd=bypass; detail=uncacheable-request"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
