@@ -28,7 +28,11 @@ import (
 //     in the high 16 bits, tenant version in the low 16 for tenant-scoped
 //     routes). Bumping a version makes every older key unreachable at
 //     once, O(1); fastcache evicts the orphans in time. A version wraps
-//     after 65536 purges of one route or tenant.
+//     after 65536 purges of one route or tenant: the purge that wraps it
+//     also raises the invalidation table's global watermark, so no entry
+//     stored under the version before the wrap (still in fastcache, now
+//     reachable again) can be served — one cold cache every 65536
+//     namespace purges instead of a purge undone.
 //
 // Both live in memory and, when cache.path is set, in sidecar files
 // rewritten after every purge and saved with the snapshot, so a restart
@@ -158,13 +162,24 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 			return PurgeResult{}, fmt.Errorf("%w: unknown route %q", errPurge, name)
 		}
 		v := p.ns.bump(&p.ns.routes, name)
+		p.namespaceWrapped(v)
 		return PurgeResult{Kind: "route", Target: name, Namespace: v}, nil
 	case args.Get("tenant") != "":
 		name := args.Get("tenant")
 		v := p.ns.bump(&p.ns.tenants, name)
+		p.namespaceWrapped(v)
 		return PurgeResult{Kind: "tenant", Target: name, Namespace: v}, nil
 	}
 	return PurgeResult{}, fmt.Errorf("%w: give url=, tag=, route= or tenant=", errPurge)
+}
+
+// namespaceWrapped makes every entry fetched so far dead when a namespace
+// version v has just wrapped to 0: keys of version 0 from before the wrap
+// may still be in the cache and would otherwise be served again.
+func (p *Proxy) namespaceWrapped(v uint16) {
+	if v == 0 {
+		p.iv.invalidateAll()
+	}
 }
 
 func (p *Proxy) hasRoute(name string) bool {

@@ -392,3 +392,31 @@ func TestRandomInterleaving(t *testing.T) {
 		t.Fatalf("%d answers older than an invalidation", bad.Load())
 	}
 }
+
+// TestRoutePurgeWrapIsNotUndone: a route's namespace version is 16 bits;
+// after 65536 route purges it is back where it started, and an entry
+// stored before the first purge, still in the cache under that old key,
+// must not be served again.
+func TestRoutePurgeWrapIsNotUndone(t *testing.T) {
+	o := newTestOrigin(t, cacheable("x"))
+	p := newTestProxy(t, o.addr(), nil)
+	serve(p, get(t, "/wrap"))
+	if s := summary(serve(p, get(t, "/wrap"))); !strings.HasPrefix(s.cacheStatus, "shield; hit") {
+		t.Fatalf("/wrap not cached: %+v", s)
+	}
+	route := p.rt.Load().routes[0].name
+	var last PurgeResult
+	for range 1 << 16 {
+		res, err := p.Purge(url.Values{"route": {route}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res
+	}
+	if last.Namespace != 0 {
+		t.Fatalf("after 65536 route purges the namespace is %d, want it wrapped to 0", last.Namespace)
+	}
+	if s := summary(serve(p, get(t, "/wrap"))); strings.HasPrefix(s.cacheStatus, "shield; hit") {
+		t.Fatalf("/wrap came back as a hit after the namespace version wrapped: %+v", s)
+	}
+}
