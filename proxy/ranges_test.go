@@ -136,4 +136,7 @@ func TestRangeConcurrentMiss(t *testing.T) {
 	if n := o.hits.Load(); n != 1 {
 		t.Fatalf("origin got %d requests, want exactly 1", n)
 	}
+	if got := summary(serve(p, get(t, "/big"))); !strings.HasPrefix(got.cacheStatus, "shield; hit") || got.body != string(body) {
+		t.Fatalf("whole GET after the ranges: %q, %d bytes; want a hit", got.cacheStatus, len(got.body))
+	}
 }

@@ -19,6 +19,8 @@
 //	lm=1                 Last-Modified fixed per path (moved to now by /__origin/bump)
 //	expires=<secs>       Expires: now+secs, with a Date from the same instant
 //	chunked=1            no Content-Length; the body is flushed in pieces
+//	cdncc=<value>        CDN-Cache-Control: value (RFC 9213 targeted field)
+//	dateago=<secs>       Date: now−secs (an answer generated earlier)
 //
 // If-None-Match matching the current ETag (with etag=1), or If-Modified-Since
 // not before Last-Modified (with lm=1 and no If-None-Match), answers 304.

@@ -34,6 +34,9 @@ type params struct {
 	expires      time.Duration
 	setExpires   bool
 	chunked      bool
+	cdnCC        string        // CDN-Cache-Control value (RFC 9213), "" for none
+	dateAgo      time.Duration // Date this long before now
+	setDateAgo   bool
 }
 
 // parseParams reads the shaping parameters; unknown parameters are
@@ -82,6 +85,17 @@ func parseParams(q url.Values) (params, error) {
 	p.etag = q.Get("etag") == "1"
 	p.lastModified = q.Get("lm") == "1"
 	p.chunked = q.Get("chunked") == "1"
+	p.cdnCC = q.Get("cdncc")
+	if strings.ContainsAny(p.cdnCC, "\r\n") {
+		return p, fmt.Errorf("cdncc: line breaks")
+	}
+	if v := q.Get("dateago"); v != "" {
+		secs, err := intIn(v, 0, 1e6)
+		if err != nil {
+			return p, fmt.Errorf("dateago: %w", err)
+		}
+		p.dateAgo, p.setDateAgo = time.Duration(secs)*time.Second, true
+	}
 	return p, nil
 }
 

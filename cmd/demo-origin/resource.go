@@ -71,6 +71,12 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 	if p.lastModified {
 		h.Set("Last-Modified", lastMod.Format(http.TimeFormat))
 	}
+	if p.cdnCC != "" {
+		h.Set("CDN-Cache-Control", p.cdnCC)
+	}
+	if p.setDateAgo {
+		h.Set("Date", now.Add(-p.dateAgo).UTC().Format(http.TimeFormat))
+	}
 	if p.setExpires {
 		h.Set("Date", now.UTC().Format(http.TimeFormat))
 		h.Set("Expires", now.Add(p.expires).UTC().Format(http.TimeFormat))

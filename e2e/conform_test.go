@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shield-proxy/shield/config"
+)
+
+// TestHitKeepsOriginDate: RFC 9110 §6.6.1, RFC 9111 §4 — a hit through
+// the real listener carries the Date the origin sent, not the send time.
+func TestHitKeepsOriginDate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u := target("/dated", "dateago", "120", "cc", "public, max-age=3600")
+	miss := e.get(u)
+	date := miss.header.Get("Date")
+	d, err := http.ParseTime(date)
+	if err != nil || time.Since(d) < 100*time.Second {
+		t.Fatalf("miss Date = %q (%v), want the origin's, 120s ago", date, err)
+	}
+	hit := e.get(u)
+	wantHit(t, "second GET", hit)
+	if got := hit.header.Values("Date"); len(got) != 1 || got[0] != date {
+		t.Fatalf("hit Date = %q, want exactly the origin's %q", got, date)
+	}
+}
+
+// TestTargetedCacheControlE2E: RFC 9213 §2.2 — CDN-Cache-Control gives
+// shield a lifetime the browser-facing Cache-Control denies, and is not
+// forwarded to clients.
+func TestTargetedCacheControlE2E(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u := target("/targeted", "cc", "no-store", "cdncc", "max-age=60")
+	for i := range 2 {
+		r := e.get(u)
+		if v := r.header.Get("CDN-Cache-Control"); v != "" {
+			t.Fatalf("request %d: CDN-Cache-Control %q reached the client", i, v)
+		}
+		if v := r.header.Get("Cache-Control"); v != "no-store" {
+			t.Fatalf("request %d: Cache-Control = %q, want the origin's no-store", i, v)
+		}
+		if i == 1 {
+			wantHit(t, "second GET", r)
+		}
+	}
+	e.wantOriginCount("/targeted", 1)
+}
+
+// TestRangeE2E: RFC 9110 §14 — a 1 MiB object read in 64 KiB ranges by
+// 50 concurrent clients through the listener: every answer is the right
+// 206, and the origin was fetched exactly once.
+func TestRangeE2E(t *testing.T) {
+	t.Parallel()
+	// A 32 MiB cache has one 64 KiB chunk per bucket, too few to keep
+	// every 32 KiB piece of a 1 MiB entry: give it room.
+	e := newEnv(t, func(c *shieldConfig) {
+		c.MaxObjectSize = "2MiB"
+		c.Extra = append(c.Extra, with(func(cc *config.Config) { cc.Cache.Size = 256 * config.MiB }))
+	})
+	u := target("/ranged", "size", fmt.Sprint(1<<20))
+	const part = 64 << 10
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make([]result, 50)
+	errs := make([]error, 50)
+	for i := range 50 {
+		wg.Go(func() {
+			<-start
+			first := (i % 16) * part
+			results[i], errs[i] = e.try(http.MethodGet, u, "Range", fmt.Sprintf("bytes=%d-%d", first, first+part-1))
+		})
+	}
+	close(start)
+	wg.Wait()
+	e.wantOriginCount("/ranged", 1)
+	full := e.get(u)
+	wantHit(t, "whole GET", full)
+	if full.status != 200 || len(full.body) != 1<<20 {
+		t.Fatalf("whole object: %d, %d bytes", full.status, len(full.body))
+	}
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		first := (i % 16) * part
+		want := fmt.Sprintf("bytes %d-%d/%d", first, first+part-1, 1<<20)
+		if r.status != 206 || r.header.Get("Content-Range") != want || !bytes.Equal(r.body, full.body[first:first+part]) {
+			for j := range min(len(r.body), part) {
+				if r.body[j] != full.body[first+j] {
+					t.Logf("first difference at %d: %q vs %q", j, r.body[j:min(j+40, len(r.body))], full.body[first+j:first+j+40])
+					break
+				}
+			}
+			t.Fatalf("client %d: %d, Content-Range %q, %d bytes %.40q (whole %.40q); want 206 %s", i, r.status, r.header.Get("Content-Range"), len(r.body), r.body, full.body[first:], want)
+		}
+	}
+	e.wantOriginCount("/ranged", 1)
+	multi := e.get(u, "Range", "bytes=0-9,100-109")
+	if multi.status != 206 || !strings.HasPrefix(multi.header.Get("Content-Type"), "multipart/byteranges") {
+		t.Fatalf("two ranges: %d %q", multi.status, multi.header.Get("Content-Type"))
+	}
+	if r := e.get(u, "Range", "bytes=2000000-"); r.status != 416 || r.header.Get("Content-Range") != "bytes */1048576" {
+		t.Fatalf("unsatisfiable: %d %q", r.status, r.header.Get("Content-Range"))
+	}
+}
