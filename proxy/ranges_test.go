@@ -25,7 +25,7 @@ func TestParseRanges(t *testing.T) {
 		{"bytes=-1000", true, []byteRange{{0, 99}}},
 		{"bytes=95-200", true, []byteRange{{95, 99}}},
 		{"BYTES= 0-0 , 5-6", true, []byteRange{{0, 0}, {5, 6}}},
-		{"bytes=100-", true, nil}, // unsatisfiable §15.5.17
+		{"bytes=100-", true, nil}, // unsatisfiable, RFC 9110 §15.5.17
 		{"bytes=-0", true, nil},
 		{"bytes=9-1", false, nil},
 		{"items=0-1", false, nil},
@@ -63,7 +63,7 @@ func rangeBody(n int) []byte {
 
 // TestRangeFromCache: RFC 9110 §14 — ranges of a stored object are
 // answered 206 from the cache, several as multipart/byteranges (§14.6),
-// If-Range honoured (§13.1.5), 416 when none is satisfiable (§15.5.17).
+// If-Range honoured (RFC 9110 §13.1.5), 416 when none is satisfiable (§15.5.17).
 func TestRangeFromCache(t *testing.T) {
 	body := rangeBody(1000)
 	o := newTestOrigin(t, rangeOrigin(body))
