@@ -184,6 +184,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 			p.tenants.SetPeers(v.Current.Len(), time.Now())
 		}
 	})
+	p.startUsage(c)
 	p.cluster.Store(c)
 	if p.hold != nil {
 		p.bgWG.Add(1)
