@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -109,4 +113,41 @@ func TestRangeE2E(t *testing.T) {
 	if r := e.get(u, "Range", "bytes=2000000-"); r.status != 416 || r.header.Get("Content-Range") != "bytes */1048576" {
 		t.Fatalf("unsatisfiable: %d %q", r.status, r.header.Get("Content-Range"))
 	}
+}
+
+// TestEarlyHintsNotReplayed: RFC 9110 §15.2 — a 103 from the origin is
+// never stored or replayed: the client gets the final answer (shield
+// cannot forward the 103 itself: fasthttp's client consumes interim
+// answers, see README Decisions), and a hit carries no trace of it.
+func TestEarlyHintsNotReplayed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u := target("/hinted", "hints", "1")
+	var interim []int
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
+		interim = append(interim, code)
+		return nil
+	}}
+	for i := range 2 {
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, "http://"+e.cfg.Listen+u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := e.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: status %d, want the final 200", i, resp.StatusCode)
+		}
+		if i == 1 && !strings.HasPrefix(resp.Header.Get("Cache-Status"), "shield; hit") {
+			t.Fatalf("second request: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
+		}
+	}
+	if len(interim) != 0 {
+		t.Fatalf("client saw interim answers %v; shield must not replay them", interim)
+	}
+	e.wantOriginCount("/hinted", 1)
 }

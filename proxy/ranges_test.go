@@ -140,3 +140,28 @@ func TestRangeConcurrentMiss(t *testing.T) {
 		t.Fatalf("whole GET after the ranges: %q, %d bytes; want a hit", got.cacheStatus, len(got.body))
 	}
 }
+
+// FuzzParseRanges: any Range value against any size never panics, and
+// every range it returns lies inside the body.
+func FuzzParseRanges(f *testing.F) {
+	for _, s := range []string{"bytes=0-9", "bytes=-5", "bytes=5-", "bytes=0-1,3-4", "bytes=99999999999999999999-", "bytes=-", "bytes=,,", "x"} {
+		f.Add(s, 100)
+	}
+	f.Fuzz(func(t *testing.T, v string, size int) {
+		if size < 0 || size > 1<<30 {
+			return
+		}
+		rs, ok := parseRanges(nil, []byte(v), size)
+		if !ok {
+			return
+		}
+		if len(rs) > maxRanges {
+			t.Fatalf("%d ranges, more than %d", len(rs), maxRanges)
+		}
+		for _, r := range rs {
+			if r.first < 0 || r.last < r.first || r.last >= size {
+				t.Fatalf("parseRanges(%q, %d) returned %v outside the body", v, size, r)
+			}
+		}
+	})
+}

@@ -21,6 +21,7 @@
 //	chunked=1            no Content-Length; the body is flushed in pieces
 //	cdncc=<value>        CDN-Cache-Control: value (RFC 9213 targeted field)
 //	dateago=<secs>       Date: now−secs (an answer generated earlier)
+//	hints=1              103 Early Hints (Link: </style.css>) before the answer
 //
 // If-None-Match matching the current ETag (with etag=1), or If-Modified-Since
 // not before Last-Modified (with lm=1 and no If-None-Match), answers 304.

@@ -37,6 +37,7 @@ type params struct {
 	cdnCC        string        // CDN-Cache-Control value (RFC 9213), "" for none
 	dateAgo      time.Duration // Date this long before now
 	setDateAgo   bool
+	earlyHints   bool // send 103 Early Hints before the answer
 }
 
 // parseParams reads the shaping parameters; unknown parameters are
@@ -85,6 +86,7 @@ func parseParams(q url.Values) (params, error) {
 	p.etag = q.Get("etag") == "1"
 	p.lastModified = q.Get("lm") == "1"
 	p.chunked = q.Get("chunked") == "1"
+	p.earlyHints = q.Get("hints") == "1"
 	p.cdnCC = q.Get("cdncc")
 	if strings.ContainsAny(p.cdnCC, "\r\n") {
 		return p, fmt.Errorf("cdncc: line breaks")

@@ -57,6 +57,10 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 	version, lastMod := o.validators(r.URL.Path)
 
 	h := w.Header()
+	if p.earlyHints {
+		h.Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+	}
 	if p.setCC {
 		h.Set("Cache-Control", p.cacheControl)
 	}
