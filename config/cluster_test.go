@@ -31,7 +31,7 @@ func TestClusterParse(t *testing.T) {
 	}
 	cl := c.Cluster
 	if cl.Advertise != "127.0.0.1:7946" || cl.Weight != 1 || cl.Overlap != 10*time.Second ||
-		cl.Membership != "static" || cl.PeerTimeout != 4*time.Second || cl.Peers[0].Weight != 1 || cl.Peers[1].Weight != 2 {
+		cl.Membership != "static" || cl.PeerTimeout != 4*time.Second || cl.Peers[0].Weight != 1 || cl.Peers[1].Weight != 2 || cl.UsageInterval != time.Second {
 		t.Errorf("cluster = %+v", cl)
 	}
 }
@@ -43,6 +43,8 @@ func TestClusterErrors(t *testing.T) {
 		{"bad membership", "peers:", "membership: etcd\n  peers:", "cluster.membership"},
 		{"same as public", "listen: 127.0.0.1:7946", "listen: 127.0.0.1:8080", "cluster.listen"},
 		{"dup peer", "{ id: b,", "{ id: a,", "cluster.peers[1].id"},
+		{"usage interval too short", "peers:", "usage_interval: 10ms\n  peers:", "cluster.usage_interval"},
+		{"usage interval too long", "peers:", "usage_interval: 1m\n  peers:", "cluster.usage_interval"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,5 +54,17 @@ func TestClusterErrors(t *testing.T) {
 				t.Fatalf("Parse = %v, want an error naming %s", err, tt.field)
 			}
 		})
+	}
+}
+
+// TestClusterUsageIntervalOff: 0 is accepted and turns the exchange off.
+func TestClusterUsageIntervalOff(t *testing.T) {
+	src := strings.Replace(clusterBase, "peers:", "usage_interval: 0s\n  peers:", 1)
+	c, err := Parse("c.yaml", []byte(src), env(map[string]string{"SECRET": "0123456789abcdef"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cluster.UsageInterval != 0 {
+		t.Fatalf("usage_interval = %s, want 0 (off)", c.Cluster.UsageInterval)
 	}
 }
