@@ -267,6 +267,21 @@ routes:
 			{17, "routes[2].path_prefix", "without query"},
 			{19, "routes[3].name", `duplicate route name "ok" (also routes[2])`},
 		}},
+		{"conformance keys", `listen: :80
+origins: {a: {servers: [x:1]}}
+routes:
+  - name: r
+    hosts: ["*"]
+    origin: a
+    cache:
+      targeted: [CDN-Cache-Control, Cache-Control, "Bad Name"]
+      accept_encoding: [br, identity, "*"]
+`, nil, []want{
+			{8, "routes[0].cache.targeted[1]", "not a targeted field"},
+			{8, "routes[0].cache.targeted[2]", "not a valid header name"},
+			{9, "routes[0].cache.accept_encoding[1]", "not a content coding"},
+			{9, "routes[0].cache.accept_encoding[2]", "not a content coding"},
+		}},
 		{"shadowed routes", `listen: :80
 origins: {a: {servers: [x:1]}}
 routes:
