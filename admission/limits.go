@@ -15,10 +15,11 @@ const DefaultClass = "default"
 // Limits are one tenant class's limits, as configured for the whole fleet.
 type Limits struct {
 	// Rate is the sustained request rate per second for the fleet; each
-	// node enforces Rate divided by the live peers. Required, > 0.
+	// node enforces Rate × its share (1/peers until the usage exchange
+	// moves it). Required, > 0.
 	Rate float64
 	// Burst is the bucket size for the fleet; each node holds
-	// ceil(Burst/peers), at least 1. Default (0): ceil(Rate), at least 1.
+	// ceil(Burst × share), at least 1. Default (0): ceil(Rate), at least 1.
 	Burst int
 	// MaxConcurrency bounds the class's in-flight requests on each node.
 	// Required, ≥ 1.

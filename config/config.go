@@ -136,8 +136,9 @@ type ClusterConsul struct {
 	DeregisterAfter time.Duration `yaml:"deregister_after"`
 }
 
-// Tenants identifies tenants and sets their limits. Limits are fleet-wide:
-// with N live peers each node enforces rate/N and burst/N;
+// Tenants identifies tenants and sets their limits. Rate and burst are
+// fleet-wide: each node enforces its share of them, rate/N to start with,
+// then following where the tenant's traffic lands (cluster.usage_interval);
 // max_concurrency is per node.
 type Tenants struct {
 	// Identify says where a request's tenant comes from. Exactly one of
