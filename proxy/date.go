@@ -4,11 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"sync"
-	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/shield-proxy/shield/stale"
 )
 
 // Date handling. fasthttp (v1.78) treats Date as managed: Set and Add
@@ -54,12 +51,6 @@ func setDate(h *fasthttp.ResponseHeader, date []byte) bool {
 	// a fresh header says 0 and the body sets it when written.
 	h.SetContentLength(0)
 	return err == nil
-}
-
-// setDateNow is setDate with the current time.
-func setDateNow(h *fasthttp.ResponseHeader) {
-	var b [len("Mon, 02 Jan 2006 15:04:05 GMT")]byte
-	setDate(h, stale.AppendHTTPDate(b[:0], time.Now()))
 }
 
 // ensureDate gives a response that lacks Date fasthttp's sending time:
