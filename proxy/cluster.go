@@ -96,6 +96,9 @@ type ClusterOptions struct {
 	// TLS, when set, makes connections to peers mutual TLS (the peer
 	// listener is wrapped by the caller with TLS.Server).
 	TLS *PeerTLS
+	// Dial, when set, opens connections to peers instead of TCP (and
+	// TLS): tests run a cluster over in-memory listeners with it.
+	Dial func(addr string) (net.Conn, error)
 }
 
 // peerTable is rebuilt whenever membership changes.
@@ -169,6 +172,9 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 			pc := clients[peer.ID+"@"+peer.Addr]
 			if pc == nil {
 				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout, opts.MaxBody, opts.TLS), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
+				if dial := opts.Dial; dial != nil {
+					pc.hc.DialTimeout = func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }
+				}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
 				}
