@@ -185,6 +185,17 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 				t.allowed[host] = true
 			}
 		}
+		if v.Previous != nil {
+			// A node that just left still hands its hot entries off and
+			// serves forwards routed by the previous generation: keep its
+			// address allowed until the next change (it still needs the
+			// secret, and the generation check bounds the overlap).
+			for _, peer := range v.Previous.Peers() {
+				if host, _, err := net.SplitHostPort(peer.Addr); err == nil {
+					t.allowed[host] = true
+				}
+			}
+		}
 		c.peers.Store(t)
 		if p.tenants != nil {
 			p.tenants.SetPeers(v.Current.Len(), time.Now())

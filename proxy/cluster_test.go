@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"strings"
@@ -356,5 +357,49 @@ func TestClusterPooledPrevOwnerNotReused(t *testing.T) {
 	}
 	if got := b.readThroughsReceived(); len(got) != 1 || got[0] != moved {
 		t.Fatalf("read-throughs received by b = %q, want only [%s]: a stale previous owner leaked into unrelated requests", got, moved)
+	}
+}
+
+// A leaving node pushes its hottest fresh entries to their new owners,
+// which serve them as hits without asking the origin.
+func TestClusterHandoffOnLeave(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{}, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	path := pathWhere(t, "hand", func(p string) bool { return a.owner(t, p) == "a" })
+	key := a.key(t, path)
+	for i := 0; ; i++ {
+		a.get(t, path)
+		if top := a.cl().hot.top(10); len(top) > 0 && bytes.Equal(top[0], key) {
+			break
+		}
+		if i > 5000 {
+			t.Fatal("the key never became hot")
+		}
+	}
+	c.setPeers(c.nodes, "b") // a leaves
+	if sent := a.p.Handoff(context.Background()); sent != 1 {
+		t.Fatalf("Handoff sent %d entries, want 1", sent)
+	}
+	if !b.has(t, path, kindResponse) || b.cl().handoffTaken.Get() != 1 {
+		t.Fatal("the new owner did not take the entry")
+	}
+	if r := b.get(t, path); !strings.HasPrefix(r.cacheStatus, "shield; hit") || c.origin.hits(path) != 1 {
+		t.Fatalf("on the new owner: %+v, origin %d", r, c.origin.hits(path))
+	}
+	// A second push finds the key held: not overwritten, still 204.
+	if sent := a.p.Handoff(context.Background()); sent != 1 || b.cl().handoffTaken.Get() != 1 {
+		t.Fatalf("second hand-off: sent %d, taken %d", sent, b.cl().handoffTaken.Get())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if sent := a.p.Handoff(ctx); sent != 0 {
+		t.Fatalf("cancelled hand-off sent %d", sent)
+	}
+	// Malformed hand-offs are refused.
+	gen, auth := genField(b.m.View()), "Shield-Auth: "+clusterSecret
+	for _, body := range []string{"", "\x05ab", "\x02abnot-an-entry"} {
+		if r := c.peerReq(t, a.ip, b, "POST", handoffPath, body, gen, auth); r.StatusCode() != 400 {
+			t.Fatalf("hand-off body %q: %d, want 400", body, r.StatusCode())
+		}
 	}
 }
