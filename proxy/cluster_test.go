@@ -403,3 +403,39 @@ func TestClusterHandoffOnLeave(t *testing.T) {
 		}
 	}
 }
+
+// An edge forwarding a hot key keeps a near copy and answers from it
+// without the hop; an admin purge on any node reaches every node and
+// drops the owner's copy and the near copy.
+func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{yaml: "  hot_key_max_age: 5s\n", opts: func(o *ClusterOptions) { o.HotKeyRate = 1 }}, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	path := pathWhere(t, "near", func(p string) bool { return a.owner(t, p) == "b" })
+	for i := 0; a.cl().nearStored.Get() == 0; i++ {
+		a.get(t, path)
+		if i > 5000 {
+			t.Fatal("no near copy after 5000 requests")
+		}
+	}
+	if !a.has(t, path, kindNearCopy) {
+		t.Fatal("the edge holds no near copy")
+	}
+	forwards := a.peerOutcome("b", peerOK)
+	r := a.get(t, path)
+	if !strings.HasPrefix(r.cacheStatus, "shield; hit; ttl=") || strings.Contains(r.cacheStatus, "peer-b") || a.peerOutcome("b", peerOK) != forwards {
+		t.Fatalf("near-copy hit: %+v (forwards %d → %d)", r, forwards, a.peerOutcome("b", peerOK))
+	}
+	if a.cl().nearHits.Get() == 0 {
+		t.Fatal("near-copy hit not counted")
+	}
+	code, body := admin(t, a.p, "POST", "/purge?url=http://"+testHost+path)
+	if code != 200 || !strings.Contains(body, `"b":200`) {
+		t.Fatalf("purge: %d %s", code, body)
+	}
+	if a.has(t, path, kindNearCopy) || b.has(t, path, kindResponse) {
+		t.Fatal("a copy survived the purge")
+	}
+	if code, _ := admin(t, a.p, "POST", "/purge"); code != 400 {
+		t.Fatalf("purge without a target: %d, want 400", code)
+	}
+}
