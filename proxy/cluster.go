@@ -269,7 +269,8 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], v.Current.Generation(), 10))
 	req.Header.SetBytesKV(hShieldTenant, sc.tid)
 	req.Header.SetBytesKV(hShieldAuth, c.secret)
-	req.Header.Set("Shield-Client-Ip", ctx.RemoteIP().String())
+	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
+	req.Header.SetBytesKV(hShieldClientIP, sc.tmp)
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
@@ -309,7 +310,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 		}
 	}
 	out := &ctx.Response
-	relayPeerHead(out, resp, pc.id)
+	sc.tmp = relayPeerHead(out, resp, pc.id, sc.tmp)
 	// Hand the body buffer over instead of copying it.
 	old := out.SwapBody(resp.SwapBody(nil))
 	resp.SwapBody(old)
@@ -322,12 +323,20 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 // "shield-edge; detail=peer-<owner>". The owner is a shield node: its
 // answer has no hop-by-hop fields but its connection's own, so the head
 // is copied whole (cheaper than field by field) and that one is reset.
-func relayPeerHead(out, resp *fasthttp.Response, owner string) {
+// buf is scratch space for the member (returned for reuse), so relaying
+// allocates nothing.
+func relayPeerHead(out, resp *fasthttp.Response, owner string, buf []byte) []byte {
 	resp.Header.CopyTo(&out.Header)
 	out.Header.ResetConnectionClose()
 	out.Header.DelBytes(hShieldTags)
-	out.Header.Add("Cache-Status", "shield-edge; detail=peer-"+owner)
+	buf = append(append(buf[:0], csEdgePeer...), owner...)
+	out.Header.AddBytesKV(hCacheStatus, buf)
+	return buf
 }
+
+// csEdgePeer starts the Cache-Status member of an answer relayed from the
+// key's owner.
+var csEdgePeer = []byte("shield-edge; detail=peer-")
 
 // PeerHandler serves the peer listener: requests forwarded by other
 // nodes. It checks the shared secret (constant time) and the caller's
@@ -345,7 +354,9 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 		}
 		h := &ctx.Request.Header
 		auth := h.PeekBytes(hShieldAuth)
-		if subtle.ConstantTimeCompare(auth, c.secret) != 1 || !c.peers.Load().allowed[ctx.RemoteIP().String()] {
+		var ipBuf [64]byte
+		ip := appendRemoteIP(ipBuf[:0], ctx)
+		if subtle.ConstantTimeCompare(auth, c.secret) != 1 || !c.peers.Load().allowed[string(ip)] {
 			c.forbidden.Inc()
 			ctx.SetStatusCode(fasthttp.StatusForbidden)
 			ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))

@@ -50,7 +50,7 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 		c.nearStored.Inc()
 	}
 	out := &ctx.Response
-	relayPeerHead(out, resp, sc.ownerID)
+	sc.tmp = relayPeerHead(out, resp, sc.ownerID, sc.tmp)
 	out.SetBody(body)
 	fasthttp.ReleaseResponse(resp)
 	return true

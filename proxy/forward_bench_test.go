@@ -1,0 +1,45 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// BenchmarkForwardedHit is a hit on the key's owner reached through
+// another node, in-process: client → edge public listener → owner peer
+// listener, over in-memory connections. allocs/op counts the whole
+// exchange (client, edge and owner).
+func BenchmarkForwardedHit(b *testing.B) {
+	c := newTestCluster(b, clusterSetup{}, "a", "b")
+	a := c.node("a")
+	path := pathWhere(b, "fwdbench", func(p string) bool { return a.owner(b, p) == "b" })
+	if r := a.get(b, path); r.code != 200 {
+		b.Fatalf("warm-up: %+v", r)
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(path)
+	req.Header.SetHost(testHost)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := a.client.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
+			b.Fatalf("forwarded hit: %v %d", err, resp.StatusCode())
+		}
+	}
+}
+
+// TestAppendRemoteIP: the allocation-free form of the client address is
+// what net.IP.String writes.
+func TestAppendRemoteIP(t *testing.T) {
+	for _, ip := range []net.IP{net.IPv4(10, 1, 2, 3), net.ParseIP("2001:db8::1"), net.IPv4(127, 0, 0, 1).To4()} {
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: ip, Port: 1}, nil)
+		if got, want := string(appendRemoteIP(nil, &ctx)), ip.String(); got != want {
+			t.Errorf("appendRemoteIP(%v) = %q, want %q", ip, got, want)
+		}
+	}
+}
