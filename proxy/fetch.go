@@ -210,8 +210,8 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	if b := p.store.get(nil, key); len(b) > 0 {
 		var e entry
 		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.apply(&e) {
-			age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), ctx.Time())
-			if stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc) == stale.Fresh {
+			age := e.age(ctx.Time())
+			if e.classify(age, &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
 				p.serveShared(ctx, &e, age, "shield; hit; detail=just-stored")
 				sc.peerTags(&ctx.Response, &e)
@@ -257,7 +257,7 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 				return p.miss(ctx, rt, rte, sc, staleCopy, "vary-miss")
 			}
 		}
-		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), ctx.Time())
+		age := e.age(ctx.Time())
 		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; collapsed")
 		sc.peerTags(&ctx.Response, &e)
 		return resCollapsed
@@ -298,7 +298,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	case ansStored, ansRevalidated:
 		var e entry
 		_ = decodeEntry(a.entry, &e)
-		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
+		age := e.age(now)
 		if a.kind == ansRevalidated {
 			p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status=304; stored")
 			sc.peerTags(&ctx.Response, &e)
@@ -362,8 +362,8 @@ func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *entry, fl failu
 // stale-while-revalidate or stale-if-error window. Responses with
 // must-revalidate, proxy-revalidate or no-cache have no windows.
 func staleServable(se *entry, now time.Time) bool {
-	age := stale.CurrentAge(time.Duration(se.initialAge), time.Unix(0, se.storedAt), now)
-	return stale.Classify(age, time.Duration(se.lifetime), time.Duration(se.swr), time.Duration(se.sie), nil) != stale.Expired
+	age := se.age(now)
+	return se.classify(age, nil) != stale.Expired
 }
 
 // serveStale answers from a stale copy and says why.
@@ -373,7 +373,7 @@ func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why 
 		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", "shield; fwd=stale; detail=invalidated")
 		return resError
 	}
-	age := stale.CurrentAge(time.Duration(se.initialAge), time.Unix(0, se.storedAt), time.Now())
+	age := se.age(time.Now())
 	ctx.Response.Reset()
 	p.serveShared(ctx, se, age, "shield; hit; fwd=stale; detail="+staleLabels[why])
 	rte.m.stale[why].Inc()

@@ -206,7 +206,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		// A fresh local copy (a near copy of a hot key) answers without
 		// the hop; anything else goes to the owner.
 		if lk == lkHit && e.kind == kindNearCopy {
-			age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
+			age := e.age(now)
 			if stale.Classify(age, time.Duration(e.lifetime), 0, 0, &sc.cc) == stale.Fresh {
 				c.nearHits.Inc()
 				p.serveHit(ctx, sc, &e, b, age, csHitTTL)
@@ -229,8 +229,8 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	}
 	switch lk {
 	case lkHit:
-		age := stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
-		st := stale.Classify(age, time.Duration(e.lifetime), time.Duration(e.swr), time.Duration(e.sie), &sc.cc)
+		age := e.age(now)
+		st := e.classify(age, &sc.cc)
 		switch {
 		case st == stale.Fresh:
 			p.serveHit(ctx, sc, &e, b, age, csHitTTL)
