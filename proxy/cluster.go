@@ -72,14 +72,15 @@ type cluster struct {
 	qmu    sync.Mutex            // guards queues
 	queues map[string]*peerQueue // purges not yet delivered, by peer id
 
-	forbidden    *metrics.Counter // peer requests refused (secret or address)
-	misdirected  *metrics.Counter // peer requests answered 421
-	genChanges   *metrics.Counter
-	readThrough  [2]*metrics.Counter // previous-owner read-throughs: hit, miss
-	nearStored   *metrics.Counter
-	nearHits     *metrics.Counter
-	handoffSent  *metrics.Counter
-	handoffTaken *metrics.Counter
+	forbidden       *metrics.Counter // peer requests refused (secret or address)
+	misdirected     *metrics.Counter // peer requests answered 421
+	genChanges      *metrics.Counter
+	readThroughHit  *metrics.Counter // previous-owner read-throughs answered from its cache
+	readThroughMiss *metrics.Counter // previous-owner read-throughs that fell back to the origin
+	nearStored      *metrics.Counter
+	nearHits        *metrics.Counter
+	handoffSent     *metrics.Counter
+	handoffTaken    *metrics.Counter
 }
 
 // ClusterOptions are the cluster settings the proxy uses.
@@ -152,8 +153,8 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		handoffSent:  p.g.set.NewCounter(`shield_handoff_entries_sent_total`),
 		handoffTaken: p.g.set.NewCounter(`shield_handoff_entries_received_total`),
 	}
-	c.readThrough[0] = p.g.set.NewCounter(`shield_peer_read_through_total{outcome="hit"}`)
-	c.readThrough[1] = p.g.set.NewCounter(`shield_peer_read_through_total{outcome="miss"}`)
+	c.readThroughHit = p.g.set.NewCounter(`shield_peer_read_through_total{outcome="hit"}`)
+	c.readThroughMiss = p.g.set.NewCounter(`shield_peer_read_through_total{outcome="miss"}`)
 	p.g.set.NewGauge(`shield_cluster_peers`, func() float64 { return float64(m.View().Current.Len()) })
 	p.g.set.NewGauge(`shield_cluster_generation`, func() float64 { return float64(m.View().Current.Generation() >> 11) })
 	p.g.set.NewGauge(`shield_consul_reachable`, func() float64 {

@@ -292,7 +292,7 @@ func TestClusterReadThroughPreviousOwner(t *testing.T) {
 	if !cn.has(t, hit, kindResponse) {
 		t.Fatal("the new owner did not keep the previous owner's copy")
 	}
-	if got := cn.cl().readThrough[0].Get(); got != 1 {
+	if got := cn.cl().readThroughHit.Get(); got != 1 {
 		t.Fatalf("read-through hits = %d, want 1", got)
 	}
 
@@ -300,7 +300,7 @@ func TestClusterReadThroughPreviousOwner(t *testing.T) {
 	if r := a.get(t, miss); r.code != 200 || c.origin.hits(miss) != 1 {
 		t.Fatalf("read-through miss: %+v, origin %d", r, c.origin.hits(miss))
 	}
-	if got := cn.cl().readThrough[1].Get(); got != 1 {
+	if got := cn.cl().readThroughMiss.Get(); got != 1 {
 		t.Fatalf("read-through misses = %d, want 1", got)
 	}
 	if got := b.readThroughsReceived(); len(got) != 2 || got[0] != hit || got[1] != miss {

@@ -85,7 +85,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 			// overlap) came after that copy's fetch started.
 			remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
 			if dead, _ := p.iv.verdict(remoteSeq, urlDigest, tags); !ok || dead {
-				c.readThrough[1].Inc()
+				c.readThroughMiss.Inc()
 				resp.Reset()
 				fromPrev = false
 			} else {
@@ -106,14 +106,14 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	status := resp.StatusCode()
 	if se != nil {
 		if status == fasthttp.StatusNotModified {
-			o.m.revalidations[0].Inc()
+			o.m.notModified.Inc()
 			_ = resp.CloseBodyStream()
 			l.end()
 			a := p.refresh(rte, se, resp, flightKey, seq, reqTime, time.Now(), hasAuth)
 			fasthttp.ReleaseResponse(resp)
 			return a
 		}
-		o.m.revalidations[1].Inc()
+		o.m.modified.Inc()
 	}
 	body, complete, err := readBody(resp, rt.maxObject)
 	if err != nil {

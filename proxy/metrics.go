@@ -172,7 +172,8 @@ type originMetrics struct {
 	budgetRejected [admission.NumReasons]*metrics.Counter
 	retries        *metrics.Counter
 	staleRetries   *metrics.Counter
-	revalidations  [2]*metrics.Counter // not_modified, modified
+	notModified    *metrics.Counter // revalidations answered 304
+	modified       *metrics.Counter // revalidations answered with a new response
 	duration       *metrics.PrometheusHistogram
 	inFlight       atomic.Int64
 }
@@ -196,8 +197,8 @@ func newOriginMetrics(s *metrics.Set, origin string) *originMetrics {
 	}
 	m.retries = s.NewCounter(`shield_origin_retries_total{origin="` + origin + `"}`)
 	m.staleRetries = s.NewCounter(`shield_origin_stale_connection_retries_total{origin="` + origin + `"}`)
-	m.revalidations[0] = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="not_modified"}`)
-	m.revalidations[1] = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="modified"}`)
+	m.notModified = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="not_modified"}`)
+	m.modified = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="modified"}`)
 	s.NewGauge(`shield_origin_in_flight{origin="`+origin+`"}`, func() float64 { return float64(m.inFlight.Load()) })
 	return m
 }

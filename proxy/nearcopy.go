@@ -82,11 +82,11 @@ func (p *Proxy) readThrough(c *cluster, pc *peerClient, req *fasthttp.Request, t
 	// A short bound: the previous owner answers from memory or not at all.
 	timeout := min(c.timeout, 500*time.Millisecond)
 	if err := pc.hc.DoDeadline(pr, resp, time.Now().Add(timeout)); err != nil || resp.StatusCode() != fasthttp.StatusOK {
-		c.readThrough[1].Inc()
+		c.readThroughMiss.Inc()
 		_ = resp.CloseBodyStream()
 		resp.Reset()
 		return false
 	}
-	c.readThrough[0].Inc()
+	c.readThroughHit.Inc()
 	return true
 }
