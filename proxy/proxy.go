@@ -165,9 +165,16 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 // with the configuration they started with; the cache, tenant buckets,
 // origin budgets, breakers (whose settings did not change) and metric
 // counters are kept. cache.size and cache.path need a restart.
+//
+// Apply is all or nothing: checkApply runs every step that can refuse cfg
+// before anything kept is changed, so a rejected configuration leaves
+// tenants, budgets, breakers and servers exactly as they were.
 func (p *Proxy) Apply(cfg *config.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := checkApply(cfg); err != nil {
+		return err
+	}
 	now := time.Now()
 	rt := &runtimeConfig{
 		maxObject:  int(cfg.Cache.MaxObjectSize),
@@ -258,6 +265,50 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 	}
 	rt.table = table
 	p.rt.Store(rt)
+	return nil
+}
+
+// checkApply returns the error Apply would meet part-way through, without
+// changing anything: tenant limits, origin limits, breaker settings,
+// origin TLS material, routes' key rules and origins, the route table.
+// Apply's own checks stay as a second line.
+func checkApply(cfg *config.Config) error {
+	if tc := cfg.Tenants; tc != nil {
+		ac := admission.Config{Default: tenantLimits(&tc.Default), Classes: make(map[string]admission.Limits, len(tc.Classes))}
+		for name, l := range tc.Classes {
+			ac.Classes[name] = tenantLimits(l)
+		}
+		if err := ac.Validate(); err != nil {
+			return fmt.Errorf("proxy: tenants: %w", err)
+		}
+	}
+	for name, oc := range cfg.Origins {
+		limits := admission.OriginLimits{MaxConcurrency: oc.MaxConcurrency, MaxRate: oc.MaxRate, SlowStart: oc.SlowStart}
+		if err := limits.Validate(); err != nil {
+			return fmt.Errorf("proxy: origin %q: %w", name, err)
+		}
+		if !oc.Breaker.Disabled {
+			if err := breakerSettings(oc.Breaker).Validate(); err != nil {
+				return fmt.Errorf("proxy: origin %q: %w", name, err)
+			}
+		}
+		if _, err := originTLS(oc); err != nil {
+			return fmt.Errorf("proxy: origin %q: %w", name, err)
+		}
+	}
+	specs := make([]routing.RouteSpec, len(cfg.Routes))
+	for i, rc := range cfg.Routes {
+		specs[i] = routing.RouteSpec{Name: rc.Name, Hosts: rc.Hosts, PathPrefix: rc.PathPrefix}
+		if _, err := cachekey.NewRules(rc.Cache.IgnoreQuery, rc.Cache.KeyHeaders); err != nil {
+			return fmt.Errorf("proxy: route %q: %w", rc.Name, err)
+		}
+		if cfg.Origins[rc.Origin] == nil {
+			return fmt.Errorf("proxy: route %q: unknown origin %q", rc.Name, rc.Origin)
+		}
+	}
+	if _, err := routing.NewTable(specs); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
 	return nil
 }
 

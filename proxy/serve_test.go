@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 func TestMissThenHit(t *testing.T) {
@@ -316,5 +319,36 @@ func TestNotSharedSequential(t *testing.T) {
 				t.Fatalf("stored entry of kind %d, want none or hit-for-miss", e.kind)
 			}
 		})
+	}
+}
+
+// TestApplyAllOrNothing: a configuration that fails part-way (here a
+// route's key rules, checked after tenants and origins) changes nothing:
+// the origin budget keeps its old limit and the old routes keep serving.
+func TestApplyAllOrNothing(t *testing.T) {
+	o := newTestOrigin(t, cacheable("x"))
+	var good *config.Config
+	p := newTestProxy(t, o.addr(), func(c *config.Config) { good = c })
+	name := good.Routes[0].Origin
+	before := p.origins[name].budget.Stats(time.Now()).Limit
+
+	bad := *good
+	bad.Origins = map[string]*config.Origin{}
+	for n, oc := range good.Origins {
+		cp := *oc
+		cp.MaxConcurrency = before + 7
+		bad.Origins[n] = &cp
+	}
+	r := *good.Routes[0]
+	r.Cache.IgnoreQuery = []string{"a=b"} // refused by cachekey.NewRules
+	bad.Routes = []*config.Route{&r}
+	if err := p.Apply(&bad); err == nil {
+		t.Fatal("Apply accepted a route with an invalid ignore_query entry")
+	}
+	if after := p.origins[name].budget.Stats(time.Now()).Limit; after != before {
+		t.Fatalf("a rejected Apply changed the origin budget from %d to %d", before, after)
+	}
+	if s := summary(serve(p, get(t, "/still"))); s.code != 200 {
+		t.Fatalf("after a rejected Apply: %+v", s)
 	}
 }
