@@ -29,13 +29,27 @@ func NewCertReloader(certFile, keyFile string) (*CertReloader, error) {
 // Load reads certFile/keyFile and, if they load as a pair, makes them the
 // certificate of new handshakes. On error the previous one stays.
 func (r *CertReloader) Load(certFile, keyFile string) error {
-	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	c, err := LoadCertificate(certFile, keyFile)
 	if err != nil {
-		return fmt.Errorf("tls: load %s / %s: %w", certFile, keyFile, err)
+		return err
 	}
-	r.cert.Store(&c)
+	r.Set(c)
 	return nil
 }
+
+// LoadCertificate reads a certificate and key pair without installing it,
+// so a reload can check it and install it only with the rest of the
+// configuration.
+func LoadCertificate(certFile, keyFile string) (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: load %s / %s: %w", certFile, keyFile, err)
+	}
+	return &c, nil
+}
+
+// Set makes c the certificate of new handshakes.
+func (r *CertReloader) Set(c *tls.Certificate) { r.cert.Store(c) }
 
 // GetCertificate is for tls.Config.GetCertificate.
 func (r *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -119,7 +120,11 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 			return err
 		}
 	}
-	p.SetReloader(func() error { return reloadFile(path, p, certs, logger) })
+	// running is the configuration in force: shutdown drains with the
+	// reloaded server.drain_timeout, not the one the process started with.
+	var running atomic.Pointer[config.Config]
+	running.Store(cfg)
+	p.SetReloader(func() error { return reloadFile(path, p, certs, &running, logger) })
 	node, _ := os.Hostname()
 	if cfg.Cluster != nil {
 		node = cfg.Cluster.NodeID
@@ -172,14 +177,15 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 				_ = p.Reload()
 				continue
 			}
-			logger.Info("draining", "signal", sig.String(), "timeout", cfg.Server.DrainTimeout.String())
+			drain := running.Load().Server.DrainTimeout
+			logger.Info("draining", "signal", sig.String(), "timeout", drain.String())
 			p.SetReady(false)
 			if cl != nil {
 				// Leave the peer set first, so other nodes stop routing
 				// keys here, then keep serving through the overlap.
 				cl.leave(cfg, p, logger)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.Server.DrainTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), drain)
 			err := pub.ShutdownWithContext(ctx)
 			cancel()
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
@@ -204,11 +210,16 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 // nothing. The public listener's certificate is re-read (server.tls:
 // turning TLS on or off needs a restart, as do listener addresses, cache
 // size/path and the cluster block).
-func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, logger *slog.Logger) error {
+//
+// All or nothing: the new certificate is read first but installed only
+// once the configuration has been applied, so a rejected file leaves the
+// old certificate too. running is set to the applied configuration.
+func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, running *atomic.Pointer[config.Config], logger *slog.Logger) error {
 	cfg, err := config.Load(path)
+	var cert *tls.Certificate
 	if err == nil && certs != nil {
 		if t := cfg.Server.TLS; t != nil {
-			err = certs.Load(t.CertFile, t.KeyFile)
+			cert, err = proxy.LoadCertificate(t.CertFile, t.KeyFile)
 		}
 	}
 	if err == nil {
@@ -218,6 +229,10 @@ func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, logger *
 		logger.Error("reload rejected, keeping the running configuration", "err", err)
 		return err
 	}
+	if cert != nil {
+		certs.Set(cert)
+	}
+	running.Store(cfg)
 	logger.Info("configuration reloaded", "path", path)
 	return nil
 }
