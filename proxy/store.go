@@ -37,6 +37,8 @@ const (
 	// maxSmallKV is the largest key+value Set accepts: fastcache drops
 	// entries whose key, value and 4-byte length prefix exceed a chunk.
 	maxSmallKV = 64*1024 - 4 - 1
+	// halfChunkKV is the largest key+value of which two fit one chunk.
+	halfChunkKV = 32*1024 - 4
 )
 
 var chunkMagic = [4]byte{'S', 'H', 'C', '1'}
@@ -145,7 +147,10 @@ func (s *store) set(k, v []byte) {
 	idx := len(pk) - 4
 	// 32 KiB pieces pack two to a fastcache chunk; near-64 KiB pieces
 	// (SetBig's) waste most of a chunk whenever one is partly filled.
-	piece := min(pieceSize, maxSmallKV-len(pk))
+	// Two must fit one chunk with their keys and fastcache's 4-byte
+	// prefixes, or a second piece hashed to the same bucket evicts the
+	// first (in a 32 MiB cache every bucket has one chunk).
+	piece := min(pieceSize, halfChunkKV-len(pk))
 	for i := 0; len(v) > 0; i++ {
 		n := min(piece, len(v))
 		binary.LittleEndian.PutUint32(pk[idx:], uint32(i))
