@@ -105,7 +105,7 @@ func AppendVary(dst, name, value []byte) []byte {
 // (codings and q are case-insensitive, RFC 9110 §12.5.3, §8.4.1) and
 // Accept-Language (language ranges are case-insensitive, RFC 4647 §2).
 func caseFreeList(name []byte) bool {
-	return equalFoldLower(name, "accept-encoding") || equalFoldLower(name, "accept-language")
+	return equalFoldASCII(name, "accept-encoding") || equalFoldASCII(name, "accept-language")
 }
 
 // appendListField appends field(v normalised as by AppendValue, then
@@ -130,23 +130,6 @@ func appendListField(dst, v []byte) []byte {
 		w++
 	}
 	return prefixLen(dst[:w], start)
-}
-
-// equalFoldLower reports whether b equals the lower-case ASCII s, ignoring
-// ASCII case.
-func equalFoldLower(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if c != s[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Digest is the 64-bit xxhash (seed 0) of key bytes; it feeds rendezvous
