@@ -116,13 +116,23 @@ func tlsDialer(addr string, tc *tls.Config, timeout time.Duration) fasthttp.Dial
 		if err != nil {
 			return nil, err
 		}
-		tconn := tls.Client(c, tc)
-		_ = c.SetDeadline(start.Add(d))
-		if err := tconn.Handshake(); err != nil {
-			_ = c.Close()
+		tconn, err := handshake(c, tc, start.Add(d))
+		if err != nil {
 			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 		}
-		_ = c.SetDeadline(time.Time{})
 		return tconn, nil
 	}
+}
+
+// handshake runs the client side of a TLS handshake on c, done by
+// deadline; on failure c is closed. Peer and origin dialers share it.
+func handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error) {
+	tconn := tls.Client(c, tc)
+	_ = c.SetDeadline(deadline)
+	if err := tconn.Handshake(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Time{})
+	return tconn, nil
 }

@@ -207,16 +207,10 @@ func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect
 		if tc == nil {
 			return newTrackedConn(c), nil
 		}
-		tconn := tls.Client(c, tc)
 		// connect_timeout bounds the TCP dial; the handshake gets what
 		// is left of the request's time (the fetch timeout).
-		hd := d
-		if remaining > d {
-			hd = remaining
-		}
-		_ = c.SetDeadline(start.Add(hd))
-		if err := tconn.Handshake(); err != nil {
-			_ = c.Close()
+		tconn, err := handshake(c, tc, start.Add(max(d, remaining)))
+		if err != nil {
 			tlsErrs.Inc()
 			if now := time.Now().UnixNano(); now-lastLog.Load() > int64(10*time.Second) {
 				lastLog.Store(now)
@@ -225,7 +219,6 @@ func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect
 			}
 			return nil, fmt.Errorf("tls handshake with %s: %w", label, err)
 		}
-		_ = c.SetDeadline(time.Time{})
 		return newTrackedConn(tconn), nil
 	}
 }
