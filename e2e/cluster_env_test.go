@@ -302,6 +302,32 @@ func (ce *clusterEnv) fanOut(nodes []*clusterNode, perNode int, path string) ([]
 	return results, errs
 }
 
+// twoKeysOwnedBy returns two paths with prefix that owner owns (found and
+// warmed through via), each a hit on its owner: a target for the test to
+// act on and an untouched control.
+func (ce *clusterEnv) twoKeysOwnedBy(via, owner *clusterNode, prefix string) (target, control string) {
+	t := ce.t
+	t.Helper()
+	cands := keyPaths(prefix, 16)
+	owners := ce.owners(via, cands) // warms each key on its owner
+	var keys []string
+	for _, p := range cands {
+		if owners[p] == owner.id() {
+			keys = append(keys, p)
+		}
+	}
+	if len(keys) < 2 {
+		t.Fatalf("%s owns %d of %d keys, want ≥ 2: %v", owner.id(), len(keys), len(cands), owners)
+	}
+	for _, p := range keys[:2] {
+		r, err := ce.get(owner, p)
+		if err != nil || !parseCacheStatus(r.header).hit {
+			t.Fatalf("warm %s on its owner: %v %v, want a hit", p, r, err)
+		}
+	}
+	return keys[0], keys[1]
+}
+
 // owners finds which node owns each path by observation: each path is
 // requested once through via (warming it), and the owner is the peer
 // whose forwarded-ok counter on via went up, or via itself if none did.

@@ -14,24 +14,7 @@ func TestClusterUnsafeInvalidatesOwner(t *testing.T) {
 	t.Parallel()
 	ce := newClusterEnv(t, 3)
 	n1, n2 := ce.nodes[0], ce.nodes[1]
-	cands := keyPaths("inv", 16)
-	owner := ce.owners(n1, cands) // warms each key on its owner
-	var keys []string
-	for _, p := range cands {
-		if owner[p] == n2.id() {
-			keys = append(keys, p)
-		}
-	}
-	if len(keys) < 2 {
-		t.Fatalf("%s owns %d of %d keys, want ≥ 2: %v", n2.id(), len(keys), len(cands), owner)
-	}
-	target, control := keys[0], keys[1]
-	for _, p := range []string{target, control} {
-		r, err := ce.get(n2, p)
-		if err != nil || !parseCacheStatus(r.header).hit {
-			t.Fatalf("warm %s on its owner: %v %v, want a hit", p, r, err)
-		}
-	}
+	target, control := ce.twoKeysOwnedBy(n1, n2, "inv")
 	r, err := doHTTP(ce.e.client, http.MethodPost, "http://"+n1.cfg.Listen+target, "Host", clusterHost)
 	if err != nil || r.status != http.StatusOK {
 		t.Fatalf("POST %s through %s: %v %v", target, n1.id(), r, err)

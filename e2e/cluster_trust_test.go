@@ -25,24 +25,7 @@ func TestClusterPurgeWhileDownNotServedAfterRestart(t *testing.T) {
 	dir := t.TempDir()
 	ce := newClusterEnv(t, 3, func(c *clusterNodeConfig) { c.CachePath = filepath.Join(dir, c.NodeID, "cache") })
 	n1, n2 := ce.nodes[0], ce.nodes[1]
-	cands := keyPaths("down", 16)
-	owner := ce.owners(n1, cands)
-	var keys []string
-	for _, p := range cands {
-		if owner[p] == n2.id() {
-			keys = append(keys, p)
-		}
-	}
-	if len(keys) < 2 {
-		t.Fatalf("%s owns %d of %d keys, want ≥ 2: %v", n2.id(), len(keys), len(cands), owner)
-	}
-	target, control := keys[0], keys[1]
-	for _, p := range []string{target, control} {
-		r, err := ce.get(n2, p)
-		if err != nil || !parseCacheStatus(r.header).hit {
-			t.Fatalf("warm %s on its owner: %v %v, want a hit", p, r, err)
-		}
-	}
+	target, control := ce.twoKeysOwnedBy(n1, n2, "down")
 	firstN := ce.e.stats().ByPath[target]
 
 	ce.e.client.CloseIdleConnections()
