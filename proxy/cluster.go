@@ -71,6 +71,7 @@ type cluster struct {
 
 	qmu    sync.Mutex            // guards queues
 	queues map[string]*peerQueue // purges not yet delivered, by peer id
+	sync   *purgeSync            // nil with static membership (purgesync.go)
 
 	forbidden       *metrics.Counter // peer requests refused (secret or address)
 	misdirected     *metrics.Counter // peer requests answered 421
@@ -100,6 +101,10 @@ type ClusterOptions struct {
 	// Dial, when set, opens connections to peers instead of TCP (and
 	// TLS): tests run a cluster over in-memory listeners with it.
 	Dial func(addr string) (net.Conn, error)
+	// DynamicMembership (Consul): nodes learn of each other at different
+	// instants, so each pulls its peers' purge logs and serves nothing
+	// from its cache until it is in sync with every peer (purgesync.go).
+	DynamicMembership bool
 }
 
 // peerTable is rebuilt whenever membership changes.
@@ -164,10 +169,18 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		return 0
 	})
 	clients := map[string]*peerClient{}
+	if opts.DynamicMembership {
+		c.sync = newPurgeSync(time.Now(), &p.iv.gated, src.Reachable)
+		c.sync.viewChanged(otherIDs(m.View(), m.Self().ID), time.Now())
+		p.g.set.NewGauge(`shield_purge_sync_pending`, func() float64 { return float64(c.sync.pending()) })
+	}
 	m.Subscribe(func(v *routing.View) {
 		// Runs synchronously inside Membership.Update: quick, no calls
 		// back into membership.
 		c.genChanges.Inc()
+		if c.sync != nil {
+			c.sync.viewChanged(otherIDs(v, m.Self().ID), time.Now())
+		}
 		t := &peerTable{byID: map[string]*peerClient{}, allowed: map[string]bool{}}
 		for _, peer := range v.Current.Peers() {
 			pc := clients[peer.ID+"@"+peer.Addr]
@@ -204,10 +217,25 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 	})
 	p.startUsage(c)
 	p.cluster.Store(c)
+	if c.sync != nil {
+		p.bgWG.Add(1)
+		go p.syncLoop(c)
+	}
 	if p.hold != nil {
 		p.bgWG.Add(1)
 		go p.catchUp(c, p.hold.since, p.releaseSnapshot)
 	}
+}
+
+// otherIDs are the ids of v's current peers but self.
+func otherIDs(v *routing.View, self string) []string {
+	var ids []string
+	for _, peer := range v.Current.Peers() {
+		if peer.ID != self {
+			ids = append(ids, peer.ID)
+		}
+	}
+	return ids
 }
 
 func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *PeerTLS) *fasthttp.HostClient {
@@ -357,11 +385,29 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 		auth := h.PeekBytes(hShieldAuth)
 		var ipBuf [64]byte
 		ip := appendRemoteIP(ipBuf[:0], ctx)
-		if subtle.ConstantTimeCompare(auth, c.secret) != 1 || !c.peers.Load().allowed[string(ip)] {
+		secretOK := subtle.ConstantTimeCompare(auth, c.secret) == 1
+		if secretOK && string(ctx.Path()) == purgePath {
+			// A purge only ever turns entries into misses, and a peer
+			// may know this node before this node knows it (dynamic
+			// membership): the secret is enough, and no generation
+			// check holds a purge back while the views differ.
+			p.peerPurge(ctx)
+			return
+		}
+		if !secretOK || !c.peers.Load().allowed[string(ip)] {
 			c.forbidden.Inc()
 			ctx.SetStatusCode(fasthttp.StatusForbidden)
 			ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))
 			ctx.SetBodyString("forbidden\n")
+			return
+		}
+		if string(ctx.Path()) == purgeLogPath {
+			// Purge logs are read whatever generation either side has.
+			if ctx.QueryArgs().Has("node") {
+				p.serveSync(ctx, c)
+			} else {
+				p.servePurgeLog(ctx)
+			}
 			return
 		}
 		if string(ctx.Path()) == usagePath {
@@ -379,14 +425,6 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 		}
 		if string(ctx.Path()) == handoffPath {
 			p.takeHandoff(ctx, c)
-			return
-		}
-		switch string(ctx.Path()) {
-		case purgePath:
-			p.peerPurge(ctx)
-			return
-		case purgeLogPath:
-			p.servePurgeLog(ctx)
 			return
 		}
 		p.serveRequest(ctx, true)

@@ -209,7 +209,7 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	// request for one key.
 	if b := p.store.get(nil, key); len(b) > 0 {
 		var e entry
-		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.apply(&e) {
+		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.servable(&e) {
 			age := e.age(ctx.Time())
 			if e.classify(age, &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
@@ -277,7 +277,7 @@ func (p *Proxy) decodeStale(staleCopy []byte) *entry {
 		return nil
 	}
 	se := new(entry)
-	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse || !p.iv.apply(se) {
+	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse || !p.iv.servable(se) {
 		return nil
 	}
 	return se
@@ -368,7 +368,7 @@ func staleServable(se *entry, now time.Time) bool {
 
 // serveStale answers from a stale copy and says why.
 func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why staleReason) result {
-	if !p.iv.apply(se) {
+	if !p.iv.servable(se) {
 		// Invalidated while the fetch was failing: never stand in.
 		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", "shield; fwd=stale; detail=invalidated")
 		return resError

@@ -43,7 +43,7 @@ func (p *Proxy) Handoff(ctx context.Context) int {
 		}
 		b := p.store.get(nil, key)
 		var e entry
-		if len(b) == 0 || decodeEntry(b, &e) != nil || e.kind != kindResponse || !p.iv.apply(&e) || !staleServable(&e, now) {
+		if len(b) == 0 || decodeEntry(b, &e) != nil || e.kind != kindResponse || !p.iv.servable(&e) || !staleServable(&e, now) {
 			continue
 		}
 		pc := c.peers.Load().byID[owner.ID]

@@ -47,8 +47,11 @@ type invalSlot struct{ hard, soft atomic.Int64 }
 type invalidations struct {
 	clock  atomic.Int64
 	global atomic.Int64
-	url    [invalSlots]invalSlot
-	tag    [invalSlots]invalSlot
+	// gated is set while this node may be missing purges a peer applied
+	// (purgesync.go): nothing is served from the cache then.
+	gated atomic.Bool
+	url   [invalSlots]invalSlot
+	tag   [invalSlots]invalSlot
 }
 
 func newInvalidations() *invalidations {
@@ -125,6 +128,12 @@ func (iv *invalidations) verdict(fetchSeq int64, urlDigest uint64, tags []byte) 
 		}
 	}
 	return false, softAt
+}
+
+// servable is apply for an entry about to be served from this node's
+// cache: while the node is out of purge sync, nothing is.
+func (iv *invalidations) servable(e *entry) bool {
+	return !iv.gated.Load() && iv.apply(e)
 }
 
 // apply checks e against the table: false when e is dead; a soft-purged

@@ -26,6 +26,7 @@ var metricHelp = map[string][2]string{
 	"shield_coalesced_waiters":                     {"gauge", "Requests waiting on an origin fetch now."},
 	"shield_cache_overtaken_total":                 {"counter", "Answers not stored because an invalidation of their URL or tags, or a newer answer, came after their fetch started."},
 	"shield_peer_purge_retries_total":              {"counter", "Purge deliveries to peers retried after a failure."},
+	"shield_purge_sync_pending":                    {"gauge", "Peers in the view whose purge log this node has not synced (plus 1 before the membership source first answered); above 0 nothing is served from the cache."},
 	"shield_cache_hit_for_miss_total":              {"counter", "Hit-for-miss records written (keys whose answer could not be shared)."},
 	"shield_cache_not_stored_total":                {"counter", "Origin answers not stored (private, Set-Cookie, no-store, ...)."},
 	"shield_cache_invalidations_total":             {"counter", "URLs invalidated by successful unsafe requests."},

@@ -49,19 +49,27 @@ type purgeRecord struct {
 	ID   uint64 `json:"id"`
 	At   int64  `json:"at"` // unix ns where it was first applied
 	Args string `json:"args"`
+	// Seq and Added are this log's own: its position (consecutive, from
+	// 1) and this node's clock when the record entered it. Peers syncing
+	// from this log ask by them (purgesync.go).
+	Seq   uint64 `json:"seq,omitempty"`
+	Added int64  `json:"added,omitempty"`
 }
 
 // purgeLog is the ring of recent purges this node applied.
 type purgeLog struct {
-	mu      sync.Mutex
-	recs    []purgeRecord       // oldest first, at most purgeLogSize
-	ids     map[uint64]struct{} // ids in recs
-	dropped int64               // the latest At of a record pushed out of the ring
-	since   int64               // the log holds every purge applied since this instant
+	mu           sync.Mutex
+	recs         []purgeRecord       // oldest first, at most purgeLogSize
+	ids          map[uint64]struct{} // ids in recs
+	dropped      int64               // the latest At of a record pushed out of the ring
+	droppedAdded int64               // the latest Added of a record pushed out of the ring
+	since        int64               // the log holds every purge applied since this instant
+	epoch        uint64              // this process's log: Seq values mean nothing across epochs
+	nextSeq      uint64              // the Seq the next record gets
 }
 
 func newPurgeLog(now time.Time) *purgeLog {
-	return &purgeLog{ids: map[uint64]struct{}{}, since: now.UnixNano()}
+	return &purgeLog{ids: map[uint64]struct{}{}, since: now.UnixNano(), epoch: rand.Uint64() | 1, nextSeq: 1}
 }
 
 // add records r; false when its id was already recorded.
@@ -74,12 +82,46 @@ func (l *purgeLog) add(r purgeRecord) bool {
 	if len(l.recs) == purgeLogSize {
 		old := l.recs[0]
 		l.dropped = max(l.dropped, old.At)
+		l.droppedAdded = max(l.droppedAdded, old.Added)
 		delete(l.ids, old.ID)
 		l.recs = l.recs[1:]
 	}
+	r.Seq, r.Added = l.nextSeq, time.Now().UnixNano()
+	l.nextSeq++
 	l.recs = append(l.recs, r)
 	l.ids[r.ID] = struct{}{}
 	return true
+}
+
+// fromSeq returns the records at or after seq (this log's positions) and
+// whether none of them was pushed out of the ring; next is the position
+// to ask from next time.
+func (l *purgeLog) fromSeq(seq uint64) (recs []purgeRecord, complete bool, next uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r.Seq >= seq {
+			recs = append(recs, r)
+		}
+	}
+	oldest := l.nextSeq
+	if len(l.recs) > 0 {
+		oldest = l.recs[0].Seq
+	}
+	return recs, seq >= oldest, l.nextSeq
+}
+
+// addedSince returns the records that entered this log at or after
+// since (this node's clock) and whether none of those was pushed out.
+func (l *purgeLog) addedSince(since int64) (recs []purgeRecord, complete bool, next uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r.Added >= since {
+			recs = append(recs, r)
+		}
+	}
+	return recs, l.droppedAdded < since, l.nextSeq
 }
 
 // after returns the records at or after since and whether the log is
@@ -162,6 +204,9 @@ func (p *Proxy) deliver(r purgeRecord, wait bool) map[string]int {
 	c := p.cluster.Load()
 	if c == nil {
 		return nil
+	}
+	if wait && c.sync != nil && !c.sync.awaitMembership(purgeSendLimit) {
+		p.logger.Warn("purge delivered before the membership source answered: peers learn of it when they sync", "args", r.Args)
 	}
 	v := c.m.View()
 	self := c.m.Self().ID
@@ -296,14 +341,27 @@ func (p *Proxy) peerPurge(ctx *fasthttp.RequestCtx) {
 	args.Del("_at")
 	var res PurgeResult
 	var err error
+	applied := false
+	rec := purgeRecord{ID: id, At: at, Args: args.Encode()}
 	if err1 != nil || err2 != nil || id == 0 {
 		res, err = p.Purge(args) // an older node: no id, apply as is
 	} else {
-		res, _, err = p.applyPurge(purgeRecord{ID: id, At: at, Args: args.Encode()})
+		res, applied, err = p.applyPurge(rec)
 	}
 	if err != nil {
 		writeJSON(ctx, fasthttp.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
+	}
+	if c := p.cluster.Load(); applied && c != nil {
+		// The sender delivered to the peers of its view. When ours is
+		// another (membership in flux), pass the purge on before
+		// acknowledging it, so that every node either of us knows has it
+		// once the sender answers its client. A node that has it already
+		// acknowledges at once, so relays end.
+		gen, _ := strconv.ParseUint(string(ctx.Request.Header.PeekBytes(hShieldGeneration)), 10, 64)
+		if gen != c.m.View().Current.Generation() {
+			p.deliver(rec, true)
+		}
 	}
 	p.events.add("purge", res.Kind+" "+res.Target+" (from a peer)")
 	writeJSON(ctx, fasthttp.StatusOK, res)

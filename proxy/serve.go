@@ -321,7 +321,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 	}
 	// Purged (by URL or tag) since this entry's fetch started: a miss;
 	// soft-purged: stale from the purge on (inval.go).
-	if !p.iv.apply(e) {
+	if !p.iv.servable(e) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}

@@ -72,6 +72,9 @@ func ClusterOptionsFor(cfg *config.Config) ClusterOptions {
 		HandoffKeys:   cc.HandoffKeys,
 		UsageInterval: cc.UsageInterval,
 		MaxBody:       int(cfg.Cache.MaxObjectSize) + 1<<20,
+		// Consul views change node by node; a static list is known to
+		// all from the start.
+		DynamicMembership: cc.Membership == "consul",
 	}
 }
 

@@ -1,0 +1,357 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Purge sync: with dynamic membership (Consul) two nodes do not learn of
+// each other at the same instant. A node that does not know a peer does
+// not deliver its purges there, so a peer that already holds copies (a
+// node that just started and took traffic, a node another node dropped
+// for a moment, a node coming back from a partition) would keep serving
+// what was purged. Pushing alone cannot close that gap: the pusher does
+// not know whom it is missing. So every node also pulls:
+//
+//   - every syncInterval it asks each peer in its view for the peer's
+//     purge log after the position it last got (log positions are the
+//     peer's own, per process epoch) and applies what it missed (at most
+//     once, by id). The answer also says whether the peer has this node
+//     in its view — from then on the peer pushes every purge here as it
+//     applies it (deliver reads the view after logging; the log answer
+//     reads the view before the log, so no purge falls between the two);
+//   - until every peer in its view has answered "member" once since it
+//     entered the view, the node is out of sync and serves nothing from
+//     its cache (lookups miss; fetches still store, and a replayed purge
+//     invalidates what they stored before it arrived). A peer answering
+//     "not a member" (it dropped this node) puts the node out of sync
+//     again. So is starting before the membership source first answered;
+//   - a peer that cannot be reached does not put a synced node out of
+//     sync (a dead node sends no purges; an unreachable one gets them
+//     into its log and the next answer carries them): availability over
+//     a partition, stated in SECURITY.md. A peer never synced that stays
+//     unreachable for catchUpWindow is given up on: everything fetched
+//     before then is dropped (its purges are unknown) and it no longer
+//     holds the node out of sync;
+//   - an answer that is not complete (the ring dropped records after the
+//     position asked for) drops everything fetched before now.
+//
+// Static membership needs none of this: every node knows every peer from
+// the start, and a queued purge is retried until the peer takes it.
+const syncInterval = 200 * time.Millisecond
+
+// purgeSync is one node's sync state, guarded by mu.
+type purgeSync struct {
+	mu          sync.Mutex
+	peers       map[string]*peerSync
+	established bool      // the membership source has answered once
+	started     time.Time // when syncing began
+	wake        chan struct{}
+	gate        *atomic.Bool  // the invalidation table's: set while out of sync
+	reachable   func() bool   // the membership source's Reachable
+	est         chan struct{} // closed once established
+}
+
+// peerSync is what this node knows of one peer's purge log.
+type peerSync struct {
+	inView   bool      // in the current view (the Subscribe callback keeps it)
+	synced   bool      // answered "member" since it entered the view
+	epoch    uint64    // the peer log's epoch; 0: never answered
+	next     uint64    // position to ask from inside epoch
+	lastOK   time.Time // last complete answer (this node's clock)
+	tryingAt time.Time // when this node began trying to sync with it
+}
+
+func newPurgeSync(now time.Time, gate *atomic.Bool, reachable func() bool) *purgeSync {
+	gate.Store(true)
+	return &purgeSync{peers: map[string]*peerSync{}, started: now, wake: make(chan struct{}, 1), gate: gate, reachable: reachable, est: make(chan struct{})}
+}
+
+// establishLocked notes that the membership source has answered (or
+// that it is given up on).
+func (s *purgeSync) establishLocked() {
+	if !s.established {
+		s.established = true
+		close(s.est)
+	}
+}
+
+// awaitMembership holds a purge this node issues until the membership
+// source has answered once (bounded by d): a node that has only just
+// started knows no peers yet, and a purge delivered to nobody would be
+// answered as done while every other node still serves the old copy.
+func (s *purgeSync) awaitMembership(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.est:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// viewChanged runs inside the membership callback: a peer new to the
+// view puts the node out of sync at once, before any request routes by
+// the new view, and wakes the sync loop to fix it.
+func (s *purgeSync) viewChanged(ids []string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reachable() {
+		// Update runs the callback after the source answered.
+		s.establishLocked()
+	}
+	for _, ps := range s.peers {
+		ps.inView = false
+	}
+	for _, id := range ids {
+		ps := s.peers[id]
+		if ps == nil {
+			ps = &peerSync{}
+			s.peers[id] = ps
+		}
+		if !ps.inView && ps.synced {
+			ps.synced = false
+		}
+		if !ps.synced && ps.tryingAt.IsZero() {
+			ps.tryingAt = now
+		}
+		ps.inView = true
+	}
+	s.updateLocked()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// updateLocked sets the gate: not every peer in the view is synced, or
+// the membership source has not answered yet. Always under mu, so an
+// older verdict never overwrites a newer one.
+func (s *purgeSync) updateLocked() {
+	gated := !s.established
+	for _, ps := range s.peers {
+		if ps.inView && !ps.synced {
+			gated = true
+		}
+	}
+	s.gate.Store(gated)
+}
+
+// pending counts what holds the node out of sync (for the metric).
+func (s *purgeSync) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	if !s.established {
+		n++
+	}
+	for _, ps := range s.peers {
+		if ps.inView && !ps.synced {
+			n++
+		}
+	}
+	return n
+}
+
+// syncLoop pulls every peer's purge log each syncInterval, and at once
+// when the view changes, until the proxy closes.
+func (p *Proxy) syncLoop(c *cluster) {
+	defer p.bgWG.Done()
+	tick := time.NewTicker(syncInterval)
+	defer tick.Stop()
+	for {
+		p.syncRound(c)
+		select {
+		case <-p.bgCtx.Done():
+			return
+		case <-tick.C:
+		case <-c.sync.wake:
+		}
+	}
+}
+
+// syncAnswer is a peer's purge log answer.
+type syncAnswer struct {
+	Complete bool          `json:"complete"`
+	Member   bool          `json:"member"`
+	Epoch    uint64        `json:"epoch"`
+	Next     uint64        `json:"next"`
+	Records  []purgeRecord `json:"records"`
+}
+
+// syncRound asks every peer in the view once, in parallel.
+func (p *Proxy) syncRound(c *cluster) {
+	s := c.sync
+	v := c.m.View()
+	self := c.m.Self()
+	now := time.Now()
+	s.mu.Lock()
+	if !s.established {
+		switch {
+		case s.reachable():
+			s.establishLocked()
+		case now.Sub(s.started) > catchUpWindow:
+			s.establishLocked()
+			p.logger.Warn("membership source never answered: serving from the cache with the peers known so far", "waited", catchUpWindow.String())
+		}
+		s.updateLocked()
+	}
+	type ask struct {
+		id, addr string
+		query    string
+	}
+	var asks []ask
+	for _, peer := range v.Current.Peers() {
+		if peer.ID == self.ID {
+			continue
+		}
+		ps := s.peers[peer.ID]
+		if ps == nil || !ps.inView {
+			continue // the callback has not run for this view yet
+		}
+		q := "node=" + url.QueryEscape(self.ID)
+		if ps.epoch != 0 {
+			q += "&epoch=" + strconv.FormatUint(ps.epoch, 10) + "&from=" + strconv.FormatUint(ps.next, 10)
+		}
+		// Should the epoch have changed (the peer restarted), it answers
+		// by its clock: everything since this node last heard from it,
+		// or since this node began, widened by the clock skew allowed.
+		since := s.started
+		if !ps.lastOK.IsZero() {
+			since = ps.lastOK
+		}
+		q += "&added_since=" + strconv.FormatInt(since.Add(-clockSkew).UnixNano(), 10)
+		asks = append(asks, ask{id: peer.ID, addr: peer.Addr, query: q})
+	}
+	s.mu.Unlock()
+	table := c.peers.Load()
+	gen := v.Current.Generation()
+	var wg sync.WaitGroup
+	for _, a := range asks {
+		pc := table.byID[a.id]
+		if pc == nil {
+			continue
+		}
+		wg.Go(func() {
+			ans, err := fetchSync(c, pc, a.addr, gen, a.query)
+			p.syncApply(c, a.id, ans, err, now)
+		})
+	}
+	wg.Wait()
+}
+
+// syncApply takes one peer's answer (or failure) into the sync state.
+func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now time.Time) {
+	s := c.sync
+	answered := err == nil && ans.Epoch != 0 // a 403 is an answer without a log
+	if answered {
+		for _, r := range ans.Records {
+			r.Seq, r.Added = 0, 0
+			if _, _, err := p.applyPurge(r); err != nil {
+				p.logger.Warn("synced purge refused", "peer", id, "args", r.Args, "err", err)
+			}
+		}
+		if !ans.Complete {
+			// Records after our position left the peer's ring: which
+			// URLs they named is unknown.
+			p.iv.invalidateAll()
+			p.logger.Warn("purge log from a peer was incomplete: everything fetched before now is dropped", "peer", id)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := s.peers[id]
+	if ps == nil {
+		return
+	}
+	if answered {
+		ps.epoch, ps.next, ps.lastOK = ans.Epoch, ans.Next, now
+	}
+	switch {
+	case err == nil && ans.Member:
+		ps.tryingAt = time.Time{}
+		if ps.inView {
+			ps.synced = true
+		}
+	case err == nil:
+		// It does not have us in its view: its purges skip us.
+		if ps.synced {
+			p.logger.Info("a peer does not have this node in its view: not serving from the cache until it has", "peer", id)
+		}
+		ps.synced = false
+		if ps.tryingAt.IsZero() {
+			ps.tryingAt = now
+		}
+	case !ps.synced && ps.inView && !ps.tryingAt.IsZero() && now.Sub(ps.tryingAt) > catchUpWindow:
+		p.iv.invalidateAll()
+		ps.synced = true
+		ps.tryingAt = time.Time{}
+		p.logger.Warn("peer unreachable since it joined the view: its purges are unknown, everything fetched before now is dropped", "peer", id, "err", err)
+	}
+	s.updateLocked()
+}
+
+// fetchSync asks one peer for its purge log after this node's position.
+func fetchSync(c *cluster, pc *peerClient, addr string, gen uint64, query string) (syncAnswer, error) {
+	var ans syncAnswer
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(purgeLogPath + "?" + query)
+	req.Header.SetHost(addr)
+	req.Header.SetBytesKV(hShieldAuth, c.secret)
+	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, gen, 10))
+	if err := pc.hc.DoTimeout(req, resp, purgeSendLimit); err != nil {
+		return ans, err
+	}
+	switch resp.StatusCode() {
+	case fasthttp.StatusOK:
+	case fasthttp.StatusForbidden:
+		// Our address is not in its allow-list: it does not know us.
+		return ans, nil
+	default:
+		return ans, errors.New("purge log: status " + strconv.Itoa(resp.StatusCode()))
+	}
+	if err := json.Unmarshal(resp.Body(), &ans); err != nil {
+		return ans, fmt.Errorf("purge log: %w", err)
+	}
+	return ans, nil
+}
+
+// serveSync answers a peer's sync: the records after its position (or,
+// in another epoch, those added since its instant) and whether it is in
+// this node's view. The view is read before the log (see above).
+func (p *Proxy) serveSync(ctx *fasthttp.RequestCtx, c *cluster) {
+	args := ctx.QueryArgs()
+	node := string(args.Peek("node"))
+	member := false
+	for _, peer := range c.m.View().Current.Peers() {
+		if peer.ID == node {
+			member = true
+		}
+	}
+	ans := syncAnswer{Member: member, Epoch: p.plog.epoch}
+	epoch, errE := strconv.ParseUint(string(args.Peek("epoch")), 10, 64)
+	from, errF := strconv.ParseUint(string(args.Peek("from")), 10, 64)
+	if errE == nil && errF == nil && epoch == p.plog.epoch {
+		ans.Records, ans.Complete, ans.Next = p.plog.fromSeq(from)
+	} else {
+		since, err := strconv.ParseInt(string(args.Peek("added_since")), 10, 64)
+		if err != nil {
+			ctx.Error("added_since must be unix nanoseconds\n", fasthttp.StatusBadRequest)
+			return
+		}
+		ans.Records, ans.Complete, ans.Next = p.plog.addedSince(since)
+	}
+	writeJSON(ctx, fasthttp.StatusOK, ans)
+}

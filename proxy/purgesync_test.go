@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// dynamicSetup makes harness nodes behave as with Consul membership.
+var dynamicSetup = clusterSetup{opts: func(o *ClusterOptions) { o.DynamicMembership = true }}
+
+// adminPurge runs POST /purge?args on n's admin handler.
+func (n *testNode) adminPurge(t *testing.T, args url.Values) string {
+	t.Helper()
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetMethod(fasthttp.MethodPost)
+	ctx.Request.SetRequestURI("/purge?" + args.Encode())
+	n.p.AdminHandler()(&ctx)
+	if ctx.Response.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("purge %v on %s: %d %s", args, n.id, ctx.Response.StatusCode(), ctx.Response.Body())
+	}
+	return string(ctx.Response.Body())
+}
+
+func (n *testNode) gated() bool { return n.p.iv.gated.Load() }
+
+// TestPurgeSyncGate: with dynamic membership a node whose peer does not
+// have it in its view (so that peer's purges skip it) serves nothing
+// from its cache; a purge that peer applied meanwhile reaches the node
+// through the sync before it serves from its cache again.
+func TestPurgeSyncGate(t *testing.T) {
+	c := newTestCluster(t, dynamicSetup, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	waitUntil(t, "both nodes in sync", func() bool { return !a.gated() && !b.gated() })
+	path := pathWhere(t, "gate", func(p string) bool { return a.owner(t, p) == "a" })
+	a.get(t, path)
+	if r := a.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Fatalf("second GET via a: %q, want a hit", r.cacheStatus)
+	}
+
+	c.setPeers([]*testNode{b}, "b") // b drops a: b's purges skip a from now on
+	waitUntil(t, "a out of sync once b dropped it", a.gated)
+	before := c.origin.hits(path)
+	if r := a.get(t, path); strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET via a out of sync: %q, want no hit", r.cacheStatus)
+	}
+	if got := c.origin.hits(path); got != before+1 {
+		t.Errorf("origin requests for %s while a is out of sync: %d, want %d", path, got, before+1)
+	}
+	if body := b.adminPurge(t, url.Values{"url": {"http://" + testHost + path}}); strings.Contains(body, `"a"`) {
+		t.Fatalf("b delivered to a, which is not in its view: %s", body)
+	}
+
+	c.setPeers([]*testNode{b}, "a", "b")
+	waitUntil(t, "a back in sync", func() bool { return !a.gated() })
+	before = c.origin.hits(path)
+	if r := a.get(t, path); strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET via a after the sync: %q; b's purge (applied while a was out of its view) was not synced", r.cacheStatus)
+	}
+	if r := a.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET via a in sync again: %q, want a hit", r.cacheStatus)
+	}
+	if got := c.origin.hits(path); got != before+1 {
+		t.Errorf("origin requests after the sync: %d, want %d", got, before+1)
+	}
+}
+
+// TestPurgeRelayedAcrossViews: a purge from a node that does not know
+// some node reaches it through a peer that does, before the purge is
+// answered.
+func TestPurgeRelayedAcrossViews(t *testing.T) {
+	c := newTestCluster(t, dynamicSetup, "a", "b", "c")
+	a, b, cn := c.node("a"), c.node("b"), c.node("c")
+	c.setPeers([]*testNode{a}, "a", "b")
+	c.setPeers([]*testNode{cn}, "b", "c")
+	waitUntil(t, "all in sync", func() bool { return !a.gated() && !b.gated() && !cn.gated() })
+	path := pathWhere(t, "relay", func(p string) bool { return cn.owner(t, p) == "c" })
+	cn.get(t, path)
+	if r := cn.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Fatalf("second GET via c: %q, want a hit", r.cacheStatus)
+	}
+	a.adminPurge(t, url.Values{"url": {"http://" + testHost + path}})
+	if r := cn.get(t, path); strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET via c right after a's purge: %q, want a miss (b should have relayed it)", r.cacheStatus)
+	}
+}
+
+// TestPurgeLogPositions: a peer asking from a position gets what came
+// after it, and is told when the ring dropped some of that.
+func TestPurgeLogPositions(t *testing.T) {
+	l := newPurgeLog(time.Now())
+	for i := range 3 {
+		l.add(purgeRecord{ID: uint64(i + 1), Args: "url=x"})
+	}
+	recs, complete, next := l.fromSeq(2)
+	if len(recs) != 2 || !complete || next != 4 || recs[0].ID != 2 {
+		t.Fatalf("fromSeq(2) = %d records (first %v), complete %v, next %d; want 2 from id 2, complete, next 4", len(recs), recs, complete, next)
+	}
+	if recs, complete, _ := l.fromSeq(next); len(recs) != 0 || !complete {
+		t.Errorf("fromSeq(next) = %d records, complete %v; want none, complete", len(recs), complete)
+	}
+	if l.add(purgeRecord{ID: 2}) {
+		t.Error("a record added twice was taken twice")
+	}
+	mid := time.Now().UnixNano()
+	for i := range purgeLogSize + 5 { // the last 5 push out records added after mid
+		l.add(purgeRecord{ID: uint64(100 + i), Args: "url=y"})
+	}
+	if _, complete, _ := l.fromSeq(2); complete {
+		t.Error("fromSeq from a position the ring dropped says complete")
+	}
+	if _, complete, _ := l.addedSince(mid); complete {
+		t.Error("addedSince an instant after which records were dropped says complete")
+	}
+	if recs, complete, _ := l.addedSince(time.Now().UnixNano()); len(recs) != 0 || !complete {
+		t.Errorf("addedSince(now) = %d records, complete %v; want none, complete", len(recs), complete)
+	}
+}
