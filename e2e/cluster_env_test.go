@@ -197,7 +197,7 @@ func (ce *clusterEnv) waitConverged(what string, nodes ...*clusterNode) time.Dur
 }
 
 // lagging lists the nodes (with what they report) whose peer set is not
-// exactly nodes; empty means converged.
+// exactly nodes or whose purge sync is pending; empty means converged.
 func (ce *clusterEnv) lagging(nodes ...*clusterNode) []string {
 	ce.t.Helper()
 	want := generationGauge(expectedGeneration(ce.t, nodes...))
@@ -206,8 +206,11 @@ func (ce *clusterEnv) lagging(nodes ...*clusterNode) []string {
 		m := ce.scrape(n)
 		peers, _ := m.value("shield_cluster_peers")
 		gen, _ := m.value("shield_cluster_generation")
-		if peers != float64(len(nodes)) || gen != want {
-			out = append(out, fmt.Sprintf("%s: peers=%v generation=%v", n.id(), peers, gen))
+		// Converged includes purge sync: until it, a node serves nothing
+		// from its cache (proxy/purgesync.go).
+		pending, _ := m.value("shield_purge_sync_pending")
+		if peers != float64(len(nodes)) || gen != want || pending != 0 {
+			out = append(out, fmt.Sprintf("%s: peers=%v generation=%v purge_sync_pending=%v", n.id(), peers, gen, pending))
 		}
 	}
 	return out

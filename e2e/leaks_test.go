@@ -308,7 +308,9 @@ const hostileSecret = "hostile-peer-secret-0123456789"
 // secret AND a peer's address. The node listens on 127.0.0.2 (its own
 // peer address), so a client on 127.0.0.1 is not a peer even with the
 // secret. A request that passes both checks but names no generation gets
-// 421, which proves the checks ran first.
+// 421, which proves the checks ran first; a purge that passes them is
+// applied whatever generation it names (purges must get through while
+// views differ), so the control purge is 200.
 func TestLeakPeerListener(t *testing.T) {
 	t.Parallel()
 	peer := hostileFreeAddr(t, "127.0.0.2")
@@ -343,8 +345,12 @@ func TestLeakPeerListener(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if r.status != tt.want {
-					t.Errorf("%s %s from %s: %v, want %d", method, path, tt.from, r, tt.want)
+				want := tt.want
+				if want == http.StatusMisdirectedRequest && method == http.MethodPost {
+					want = http.StatusOK
+				}
+				if r.status != want {
+					t.Errorf("%s %s from %s: %v, want %d", method, path, tt.from, r, want)
 				}
 				if p, _, _ := strings.Cut(path, "?"); o.count(p) != 0 {
 					t.Errorf("a refused peer request reached the origin")

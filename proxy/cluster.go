@@ -385,24 +385,20 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 		auth := h.PeekBytes(hShieldAuth)
 		var ipBuf [64]byte
 		ip := appendRemoteIP(ipBuf[:0], ctx)
-		secretOK := subtle.ConstantTimeCompare(auth, c.secret) == 1
-		if secretOK && string(ctx.Path()) == purgePath {
-			// A purge only ever turns entries into misses, and a peer
-			// may know this node before this node knows it (dynamic
-			// membership): the secret is enough, and no generation
-			// check holds a purge back while the views differ.
-			p.peerPurge(ctx)
-			return
-		}
-		if !secretOK || !c.peers.Load().allowed[string(ip)] {
+		if subtle.ConstantTimeCompare(auth, c.secret) != 1 || !c.peers.Load().allowed[string(ip)] {
 			c.forbidden.Inc()
 			ctx.SetStatusCode(fasthttp.StatusForbidden)
 			ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))
 			ctx.SetBodyString("forbidden\n")
 			return
 		}
+		// Purges and purge logs go through whatever generation either
+		// side has: they must get through while views differ.
+		if string(ctx.Path()) == purgePath {
+			p.peerPurge(ctx)
+			return
+		}
 		if string(ctx.Path()) == purgeLogPath {
-			// Purge logs are read whatever generation either side has.
 			if ctx.QueryArgs().Has("node") {
 				p.serveSync(ctx, c)
 			} else {

@@ -43,7 +43,10 @@ func (p *Proxy) Handoff(ctx context.Context) int {
 		}
 		b := p.store.get(nil, key)
 		var e entry
-		if len(b) == 0 || decodeEntry(b, &e) != nil || e.kind != kindResponse || !p.iv.servable(&e) || !staleServable(&e, now) {
+		// apply, not servable: a leaving node is out of its peers' views
+		// (out of purge sync) by now, and the new owner checks the
+		// entry's fetch start against its own invalidations at lookup.
+		if len(b) == 0 || decodeEntry(b, &e) != nil || e.kind != kindResponse || !p.iv.apply(&e) || !staleServable(&e, now) {
 			continue
 		}
 		pc := c.peers.Load().byID[owner.ID]

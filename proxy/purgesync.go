@@ -21,7 +21,7 @@ import (
 // what was purged. Pushing alone cannot close that gap: the pusher does
 // not know whom it is missing. So every node also pulls:
 //
-//   - every syncInterval it asks each peer in its view for the peer's
+//   - every syncInterval (syncGatedInterval while out of sync) it asks each peer in its view for the peer's
 //     purge log after the position it last got (log positions are the
 //     peer's own, per process epoch) and applies what it missed (at most
 //     once, by id). The answer also says whether the peer has this node
@@ -46,7 +46,10 @@ import (
 //
 // Static membership needs none of this: every node knows every peer from
 // the start, and a queued purge is retried until the peer takes it.
-const syncInterval = 200 * time.Millisecond
+const (
+	syncInterval      = 200 * time.Millisecond
+	syncGatedInterval = 20 * time.Millisecond // while out of sync
+)
 
 // purgeSync is one node's sync state, guarded by mu.
 type purgeSync struct {
@@ -166,14 +169,20 @@ func (s *purgeSync) pending() int {
 // when the view changes, until the proxy closes.
 func (p *Proxy) syncLoop(c *cluster) {
 	defer p.bgWG.Done()
-	tick := time.NewTicker(syncInterval)
-	defer tick.Stop()
+	t := time.NewTimer(0)
+	defer t.Stop()
 	for {
 		p.syncRound(c)
+		// Out of sync the cache is closed: ask again soon.
+		next := syncInterval
+		if c.sync.gate.Load() {
+			next = syncGatedInterval
+		}
+		t.Reset(next)
 		select {
 		case <-p.bgCtx.Done():
 			return
-		case <-tick.C:
+		case <-t.C:
 		case <-c.sync.wake:
 		}
 	}
