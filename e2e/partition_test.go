@@ -7,6 +7,7 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,10 +133,12 @@ func TestPartition(t *testing.T) {
 	detect := lab.waitConverged(a.id+", "+b.id+" without "+c.id, netnsDetect, []*netnsNode{a, b}, []*netnsNode{a, b})
 	load.waitSent(t, netnsRequests)
 	isolated := lab.view(c)
+	purge := lab.purgeWhileCut(a, c)
 
 	healing := load.phase("healed, converging")
 	lab.setCluster(c.netnsHost, true)
 	heal := lab.waitConverged("after the heal", netnsHeal, nodes, nodes)
+	purge.checkAfterHeal(t)
 	after := load.phase("after")
 	load.waitSent(t, netnsRequests)
 	load.halt()
@@ -152,6 +155,93 @@ func TestPartition(t *testing.T) {
 			t.Errorf("%s answered no request during the partition", n.id)
 		}
 	}
+}
+
+// cutPurge is what purgeWhileCut did: keys the cut-off node stored alone,
+// half of them purged on the other side, and the origin's count for each
+// when the purge was answered.
+type cutPurge struct {
+	lab      *netnsLab
+	cut      *netnsNode
+	purged   map[string]int64 // path → origin count at the purge
+	kept     []string
+	versions map[string]int64 // path → version the cut-off node stored
+}
+
+// netnsPurgeKeys is how many keys purgeWhileCut stores on the cut-off
+// node: after the heal it owns about a third of them, and (2/3)^24 is
+// the chance it owns none of one half.
+const netnsPurgeKeys = 48
+
+// purgeWhileCut has cut (alone) store netnsPurgeKeys keys, then purges
+// every other one through on's admin listener: the purge cannot reach
+// cut.
+func (l *netnsLab) purgeWhileCut(on, cut *netnsNode) *cutPurge {
+	t := l.t
+	t.Helper()
+	cp := &cutPurge{lab: l, cut: cut, purged: map[string]int64{}, versions: map[string]int64{}}
+	for i := range netnsPurgeKeys {
+		path := "/cutpurge/" + strconv.Itoa(i)
+		r, err := doHTTP(l.client, http.MethodGet, cut.base()+path, faultTenantHeader, "acme")
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("GET %s via %s while cut off: %v %v", path, cut.id, r, err)
+		}
+		cp.versions[path] = decode(t, r).N
+		if i%2 == 1 {
+			cp.kept = append(cp.kept, path)
+			continue
+		}
+		// Hosts: ["*"]: the key holds the Host the cut-off node was sent.
+		target := url.QueryEscape(cut.base() + path)
+		if r, err := doHTTP(l.client, http.MethodPost, on.admin()+"/purge?tenant=acme&url="+target); err != nil || r.status != http.StatusOK {
+			t.Fatalf("purge %s on %s: %v %v", path, on.id, r, err)
+		}
+		cp.purged[path] = cp.versions[path]
+	}
+	return cp
+}
+
+// checkAfterHeal: once the cluster converged (and synced its purges),
+// no purged key comes back from the node that was cut off, while the
+// keys nobody purged are still its hits — where it owns them, it answers
+// from its own cache, which is what the purges had to reach.
+func (cp *cutPurge) checkAfterHeal(t *testing.T) {
+	t.Helper()
+	l, n := cp.lab, cp.cut
+	// An answer relayed from another owner carries that node's
+	// "shield-edge" member; one without it came from n's own cache or
+	// its own origin fetch.
+	get := func(path string) (result, bool) {
+		r, err := doHTTP(l.client, http.MethodGet, n.base()+path, faultTenantHeader, "acme")
+		if err != nil || r.status != http.StatusOK {
+			t.Fatalf("GET %s via %s after the heal: %v %v", path, n.id, r, err)
+		}
+		return r, !strings.Contains(strings.Join(r.header.Values("Cache-Status"), ","), "shield-edge")
+	}
+	ownPurged, ownKept := 0, 0
+	for path, at := range cp.purged {
+		r, own := get(path)
+		if v := decode(t, r).N; v <= at {
+			t.Errorf("GET %s via %s after the heal: version %d (%s), purged on the other side at version %d", path, n.id, v, r.header.Get("Cache-Status"), at)
+		}
+		if own {
+			ownPurged++
+		}
+	}
+	for _, path := range cp.kept {
+		r, own := get(path)
+		if !own {
+			continue
+		}
+		ownKept++
+		if v := decode(t, r).N; v != cp.versions[path] || !parseCacheStatus(r.header).hit {
+			t.Errorf("GET %s via %s (its owner) after the heal: version %d (%s), want its own copy %d as a hit", path, n.id, v, r.header.Get("Cache-Status"), cp.versions[path])
+		}
+	}
+	if ownPurged == 0 || ownKept == 0 {
+		t.Errorf("%s owns %d purged and %d kept keys after the heal: the check did not reach its cache", n.id, ownPurged, ownKept)
+	}
+	t.Logf("after the heal %s answered %d purged keys from the origin and %d kept keys from its cache", n.id, ownPurged, ownKept)
 }
 
 // startConsulServer starts n's Consul agent as one of three servers that
@@ -232,7 +322,7 @@ func (l *netnsLab) view(n *netnsNode) string {
 }
 
 // waitConverged polls until every node of on reports exactly the set
-// want, and returns how long that took.
+// want and has synced its peers' purges, and returns how long that took.
 func (l *netnsLab) waitConverged(what string, within time.Duration, on, want []*netnsNode) time.Duration {
 	l.t.Helper()
 	gen := netnsGeneration(l.t, want)
@@ -248,8 +338,9 @@ func (l *netnsLab) waitConverged(what string, within time.Duration, on, want []*
 			m := promText(r.body)
 			peers, _ := m.value("shield_cluster_peers")
 			g, _ := m.value("shield_cluster_generation")
-			if peers != float64(len(want)) || g != gen {
-				lagging = append(lagging, fmt.Sprintf("%s: peers=%v generation=%v", n.id, peers, g))
+			pending, _ := m.value("shield_purge_sync_pending")
+			if peers != float64(len(want)) || g != gen || pending != 0 {
+				lagging = append(lagging, fmt.Sprintf("%s: peers=%v generation=%v purge_sync_pending=%v", n.id, peers, g, pending))
 			}
 		}
 		if len(lagging) == 0 {

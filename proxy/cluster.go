@@ -256,6 +256,10 @@ func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fastht
 		ReadTimeout:               timeout,
 		WriteTimeout:              timeout,
 		MaxIdemponentCallAttempts: 1,
+		// Most recently used first: the purge sync asks every peer
+		// several times a second, and FIFO would take each idle
+		// connection in turn, so none would ever idle out after a burst.
+		ConnPoolStrategy: fasthttp.LIFO,
 		// Owners answer from memory: bodies are read whole (bounded by
 		// MaxResponseBodySize; a larger one makes the edge serve the
 		// request itself) and handed to the client without a copy.
