@@ -51,7 +51,7 @@ func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reas
 
 var (
 	noStore    = []byte("no-store")
-	csRejected = []byte("shield; fwd=bypass; detail=rejected")
+	csRejected = cacheStatus{fwd: "bypass", detail: "rejected"}.append(nil)
 )
 
 // validHost reports whether h is a reg-name, IPv4 or bracketed IPv6

@@ -55,21 +55,42 @@ func (a *answer) release() {
 	a.lease.end()
 }
 
-// fetchOrigin fetches req for the cache, stores what may be stored and
-// says what happened. primary is the request's primary key, flightKey the
-// key it coalesces on (the variant key when a vary marker is known); se,
-// when set, is the stored copy whose validators req carries.
-func (p *Proxy) fetchOrigin(rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, urlDigest uint64, se *entry, hasAuth bool, prev *peerClient, tid []byte) answer {
+// originFetch is one fetch for the cache: the request it is made for,
+// as fetchOrigin needs it.
+type originFetch struct {
+	rt  *runtimeConfig
+	rte *route
+	// tenant is charged for the fetch (nil: a background refresh).
+	tenant *admission.Tenant
+	// req is the upstream request; with stale set it carries that
+	// stored copy's validators.
+	req   *fasthttp.Request
+	stale *entry
+	// primary is the request's primary key, flightKey the key it
+	// coalesces on (the variant key when a vary marker is known).
+	primary, flightKey []byte
+	urlDigest          uint64
+	hasAuth            bool // the client sent Authorization
+	// prev is the key's previous owner inside the overlap window (read
+	// through to it first), tid the tenant sent along; both nil else.
+	prev *peerClient
+	tid  []byte
+}
+
+// fetchOrigin fetches for the cache, stores what may be stored and says
+// what happened.
+func (p *Proxy) fetchOrigin(f *originFetch) answer {
 	// The fetch's place in invalidation order: taken before the origin
 	// (or the previous owner) is asked, so any invalidation after this
 	// instant outranks the answer.
 	seq := p.iv.next()
-	a := p.fetchOriginAt(seq, rt, rte, t, req, primary, flightKey, urlDigest, se, hasAuth, prev, tid)
+	a := p.fetchOriginAt(seq, f)
 	a.seq = seq
 	return a
 }
 
-func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admission.Tenant, req *fasthttp.Request, primary, flightKey []byte, urlDigest uint64, se *entry, hasAuth bool, prev *peerClient, tid []byte) answer {
+func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
+	rt, rte, req, se, urlDigest, hasAuth := f.rt, f.rte, f.req, f.stale, f.urlDigest, f.hasAuth
 	o := rte.origin
 	resp := fasthttp.AcquireResponse()
 	reqTime := time.Now()
@@ -77,8 +98,8 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	// owner for its cached copy, once.
 	fromPrev := false
 	var prevTags []byte
-	if c := p.cluster.Load(); prev != nil && c != nil && se == nil {
-		fromPrev = p.readThrough(c, prev, req, tid, resp)
+	if c := p.cluster.Load(); f.prev != nil && c != nil && se == nil {
+		fromPrev = p.readThrough(c, f.prev, req, f.tid, resp)
 		if fromPrev {
 			// The previous owner's copy is ours only if no invalidation
 			// this node knows of (a write or purge here, during the
@@ -98,7 +119,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	if !fromPrev {
 		var ok bool
 		var fl failure
-		if l, ok, fl = o.call(t, req, resp); !ok {
+		if l, ok, fl = o.call(f.tenant, req, resp); !ok {
 			fasthttp.ReleaseResponse(resp)
 			return answer{kind: ansFailed, fail: fl}
 		}
@@ -109,7 +130,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 			o.m.notModified.Inc()
 			_ = resp.CloseBodyStream()
 			l.end()
-			a := p.refresh(rte, se, resp, flightKey, seq, reqTime, time.Now(), hasAuth)
+			a := p.refresh(rte, se, resp, f.flightKey, seq, reqTime, time.Now(), hasAuth)
 			fasthttp.ReleaseResponse(resp)
 			return a
 		}
@@ -159,7 +180,7 @@ func (p *Proxy) fetchOriginAt(seq int64, rt *runtimeConfig, rte *route, t *admis
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
 	fasthttp.ReleaseResponse(resp)
-	enc, key, stored := p.storeResponse(primary, &req.Header, &e, vary, headers, respTime)
+	enc, key, stored := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime)
 	if !stored {
 		// Overtaken while in flight: an invalidation of the key, or a
 		// newer answer already stored. The requester gets it (its
@@ -213,7 +234,7 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 			age := e.age(ctx.Time())
 			if e.classify(age, &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
-				p.serveShared(ctx, &e, age, "shield; hit; detail=just-stored")
+				p.serveShared(ctx, &e, age, cacheStatus{hit: true, detail: "just-stored"})
 				sc.peerTags(&ctx.Response, &e)
 				return resHit
 			}
@@ -240,7 +261,7 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		p.g.waiting.Add(-1)
 		p.g.waitTimeouts.Inc()
 		fl := failure{status: fasthttp.StatusGatewayTimeout, detail: "wait-timeout"}
-		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail=wait-timeout")
+		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, cacheStatus{fwd: fwd, collapsed: true, detail: "wait-timeout"})
 	}
 	switch f.kind {
 	case flightShared:
@@ -258,12 +279,12 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 			}
 		}
 		age := e.age(ctx.Time())
-		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; collapsed")
+		p.serveShared(ctx, &e, age, cacheStatus{fwd: fwd, collapsed: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resCollapsed
 	case flightFailed:
 		fl := failure{status: f.status, detail: f.detail, retryAfter: f.retryAfter}
-		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, "shield; fwd="+fwd+"; collapsed; detail="+f.detail)
+		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, cacheStatus{fwd: fwd, collapsed: true, detail: f.detail})
 	default:
 		// Unshareable: fetch on our own, never from the leader's answer.
 		return p.fetch(ctx, rt, rte, sc, nil, staleCopy, "bypass")
@@ -291,7 +312,8 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
-	a := p.fetchOrigin(rt, rte, sc.tenant, req, sc.key, sc.flightKey(), sc.urlDigest(), se, hasAuth, sc.prevOwner, sc.tid)
+	a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, tenant: sc.tenant, req: req, stale: se, primary: sc.key, flightKey: sc.flightKey(),
+		urlDigest: sc.urlDigest(), hasAuth: hasAuth, prev: sc.prevOwner, tid: sc.tid})
 	publish(f, &a)
 	now := time.Now()
 	switch a.kind {
@@ -300,14 +322,14 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		_ = decodeEntry(a.entry, &e)
 		age := e.age(now)
 		if a.kind == ansRevalidated {
-			p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status=304; stored")
+			p.serveShared(ctx, &e, age, cacheStatus{fwd: fwd, fwdStatus: fasthttp.StatusNotModified, stored: true})
 			sc.peerTags(&ctx.Response, &e)
 			for _, h := range a.private {
 				ctx.Response.Header.AddBytesKV(h.k, h.v)
 			}
 			return resRevalidated
 		}
-		p.serveShared(ctx, &e, age, "shield; fwd="+fwd+"; fwd-status="+itoa(e.status)+"; stored")
+		p.serveShared(ctx, &e, age, cacheStatus{fwd: fwd, fwdStatus: e.status, stored: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resMiss
 	case ansUnstorable:
@@ -317,7 +339,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 			p.writeHitForMiss(rt, sc.flightKey(), a.seq, now)
 		}
 		hideTags(a.resp, rte)
-		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode())+"; detail="+a.reason)
+		passResponse(&ctx.Response, a.resp, a.body, now, cacheStatus{fwd: fwd, fwdStatus: a.resp.StatusCode(), detail: a.reason})
 		a.release()
 		return resMiss
 	case ansStream:
@@ -327,7 +349,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		p.writeHitForMiss(rt, sc.flightKey(), a.seq, now)
 		copyResponseHead(&ctx.Response, a.resp, now)
 		hideTags(&ctx.Response, rte)
-		ctx.Response.Header.Set("Cache-Status", "shield; fwd="+fwd+"; detail=too-large")
+		cacheStatus{fwd: fwd, detail: "too-large"}.set(&ctx.Response.Header)
 		ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(a.body), a.resp.BodyStream()), resp: a.resp, lease: a.lease}, -1)
 		return resMiss
 	case ansOriginError:
@@ -336,21 +358,21 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 			return p.serveStale(ctx, rte, se, staleReasonOf(a.fail.detail))
 		}
 		hideTags(a.resp, rte)
-		passResponse(&ctx.Response, a.resp, a.body, now, "shield; fwd="+fwd+"; fwd-status="+itoa(a.resp.StatusCode()))
+		passResponse(&ctx.Response, a.resp, a.body, now, cacheStatus{fwd: fwd, fwdStatus: a.resp.StatusCode()})
 		a.release()
 		return resMiss
 	default: // ansFailed
-		return p.failed(ctx, rte, se, a.fail, "shield; fwd="+fwd+"; detail="+a.fail.detail)
+		return p.failed(ctx, rte, se, a.fail, cacheStatus{fwd: fwd, detail: a.fail.detail})
 	}
 }
 
 // failed answers a request whose origin fetch failed: the stale copy when
 // its stale-if-error window allows, else shield's own error.
-func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *entry, fl failure, cacheStatus string) result {
+func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *entry, fl failure, cs cacheStatus) result {
 	if se != nil && staleServable(se, time.Now()) {
 		return p.serveStale(ctx, rte, se, staleReasonOf(fl.detail))
 	}
-	p.generatedStatus(ctx, fl.status, "origin unavailable: "+fl.detail, cacheStatus)
+	p.generatedStatus(ctx, fl.status, "origin unavailable: "+fl.detail, cs)
 	if fl.status == fasthttp.StatusServiceUnavailable || fl.status == fasthttp.StatusTooManyRequests {
 		setRetryAfter(&ctx.Response, fl.retryAfter)
 	}
@@ -370,12 +392,12 @@ func staleServable(se *entry, now time.Time) bool {
 func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why staleReason) result {
 	if !p.iv.servable(se) {
 		// Invalidated while the fetch was failing: never stand in.
-		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", "shield; fwd=stale; detail=invalidated")
+		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", cacheStatus{fwd: "stale", detail: "invalidated"})
 		return resError
 	}
 	age := se.age(time.Now())
 	ctx.Response.Reset()
-	p.serveShared(ctx, se, age, "shield; hit; fwd=stale; detail="+staleLabels[why])
+	p.serveShared(ctx, se, age, cacheStatus{hit: true, fwd: "stale", detail: staleLabels[why]})
 	rte.m.stale[why].Inc()
 	return resStale
 }
@@ -414,7 +436,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		if p.bgCtx.Err() != nil {
 			return
 		}
-		a := p.fetchOrigin(rt, rte, nil, req, primary, flightKey, urlDigest, se, hasAuth, nil, nil)
+		a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, req: req, stale: se, primary: primary, flightKey: flightKey, urlDigest: urlDigest, hasAuth: hasAuth})
 		publish(f, &a)
 		if (a.kind == ansUnstorable && !hasAuth) || a.kind == ansStream {
 			p.writeHitForMiss(rt, flightKey, a.seq, time.Now())

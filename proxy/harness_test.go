@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,6 +197,8 @@ func summary(ctx *fasthttp.RequestCtx) status {
 		body:        string(ctx.Response.Body()),
 	}
 }
+
+func itoa(n int) string { return strconv.Itoa(n) }
 
 // waitUntil polls cond until it holds or a deadline passes.
 func waitUntil(t testing.TB, what string, cond func() bool) {

@@ -16,7 +16,7 @@ import (
 // passUnsafe forwards a request whose method is not cacheable. A
 // successful unsafe request invalidates the stored URL (RFC 9111 §4.4).
 func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool) result {
-	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=method")
+	res := p.forward(ctx, rte, t, fromPeer, cacheStatus{fwd: "method"})
 	if s := ctx.Response.StatusCode(); s >= 200 && s < 400 && !isSafe(ctx.Request.Header.Method()) {
 		sc := scratchPool.Get().(*scratch)
 		sc.reset()
@@ -98,7 +98,7 @@ func (p *Proxy) invalidateRelated(ctx *fasthttp.RequestCtx, rt *runtimeConfig, t
 
 // bypass forwards a cacheable-method request that must not use the cache.
 func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, detail string) result {
-	res := p.forward(ctx, rte, t, fromPeer, "shield; fwd=bypass; detail="+detail)
+	res := p.forward(ctx, rte, t, fromPeer, cacheStatus{fwd: "bypass", detail: detail})
 	if res == resMiss {
 		return resBypass
 	}
@@ -107,7 +107,7 @@ func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant
 
 // forward sends the request as is (minus hop-by-hop fields) and relays
 // the answer without storing it; the answer's body is streamed.
-func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, cacheStatus string) result {
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, cs cacheStatus) result {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, false, fromPeer, nil)
@@ -115,11 +115,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	l, ok, fl := rte.origin.call(t, req, resp)
 	if !ok {
 		fasthttp.ReleaseResponse(resp)
-		return p.failed(ctx, rte, nil, fl, "shield; fwd=bypass; detail="+fl.detail)
+		return p.failed(ctx, rte, nil, fl, cacheStatus{fwd: "bypass", detail: fl.detail})
 	}
 	copyResponseHead(&ctx.Response, resp, time.Now())
 	hideTags(&ctx.Response, rte)
-	ctx.Response.Header.Set("Cache-Status", cacheStatus)
+	cs.set(&ctx.Response.Header)
 	if r := resp.BodyStream(); r != nil {
 		ctx.Response.SetBodyStream(&streamBody{r: r, resp: resp, lease: l}, resp.Header.ContentLength())
 	} else {

@@ -58,8 +58,8 @@ var scratchPool = sync.Pool{New: func() any {
 
 // Fixed Cache-Status values (RFC 9211). "shield" is the cache's name.
 var (
-	csHitTTL   = []byte("shield; hit; ttl=")
-	csStaleSWR = []byte("shield; hit; fwd=stale; detail=stale-while-revalidate; ttl=")
+	csHitTTL   = cacheStatus{hit: true, ttlNext: true}.append(nil)
+	csStaleSWR = cacheStatus{hit: true, fwd: "stale", detail: "stale-while-revalidate", ttlNext: true}.append(nil)
 )
 
 // serve is the public request handler: docs/architecture.md §1 for one node.
@@ -224,7 +224,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	}
 	if readThrough && lk != lkHit {
 		ctx.Response.SwapBody(b[:0])
-		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", "shield; fwd=miss; detail=only-if-cached")
+		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", cacheStatus{fwd: "miss", detail: "only-if-cached"})
 		return resBypass
 	}
 	switch lk {
@@ -237,7 +237,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 			return resHit
 		case readThrough:
 			ctx.Response.SwapBody(b[:0])
-			p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not fresh", "shield; fwd=stale; detail=only-if-cached")
+			p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not fresh", cacheStatus{fwd: "stale", detail: "only-if-cached"})
 			return resBypass
 		case st == stale.StaleRevalidate:
 			// Serve the stale copy now; one background refresh per key.
@@ -398,14 +398,14 @@ var (
 // response's own body buffer: the body goes back with SwapBody, so a hit
 // copies headers only. Client conditionals are answered here (RFC 9110
 // §13.1): If-None-Match wins over If-Modified-Since.
-func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, cacheStatus []byte) {
+func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
 	writeEntryHeaders(resp, e, notModified)
 	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
 	resp.Header.SetBytesKV(hAge, sc.tmp)
 	ttl := (time.Duration(e.lifetime) - age) / time.Second
-	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], cacheStatus...), int64(ttl), 10)
+	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
 	resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
 	sc.peerTags(resp, e)
 	if notModified {
@@ -513,12 +513,12 @@ func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
 
 // serveShared answers from an entry another request fetched. The bytes
 // are shared with other waiters, so the body is copied, never swapped in.
-func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duration, cacheStatus string) {
+func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duration, cs cacheStatus) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
 	writeEntryHeaders(resp, e, notModified)
 	resp.Header.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
-	resp.Header.Set("Cache-Status", cacheStatus)
+	cs.set(&resp.Header)
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
 		return
@@ -545,7 +545,7 @@ func (p *Proxy) generated(ctx *fasthttp.RequestCtx, status int, msg string) {
 	resp.SetStatusCode(status)
 	resp.Header.SetContentType("text/plain; charset=utf-8")
 	resp.Header.SetBytesKV(hVia, viaValue)
-	resp.Header.Set("Cache-Status", "shield; fwd=bypass; detail=generated")
+	cacheStatus{fwd: "bypass", detail: "generated"}.set(&resp.Header)
 	resp.Header.Set("Cache-Control", "no-store")
 	resp.SetBodyString(msg + "\n")
 }

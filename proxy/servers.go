@@ -108,7 +108,7 @@ func requestError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("text/plain; charset=utf-8")
-	ctx.Response.Header.Set("Cache-Status", "shield; fwd=bypass; detail=bad-request")
+	cacheStatus{fwd: "bypass", detail: "bad-request"}.set(&ctx.Response.Header)
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.SetConnectionClose()
 	ctx.SetBodyString(msg)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net/netip"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -138,9 +137,9 @@ func copyResponseHead(out *fasthttp.Response, resp *fasthttp.Response, now time.
 }
 
 // passResponse relays an origin response whose body has been read.
-func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, now time.Time, cacheStatus string) {
+func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, now time.Time, cs cacheStatus) {
 	copyResponseHead(out, resp, now)
-	out.Header.Set("Cache-Status", cacheStatus)
+	cs.set(&out.Header)
 	out.SetBody(body)
 }
 
@@ -253,12 +252,11 @@ func (r *route) hidesTargeted(k []byte) bool {
 }
 
 // generatedStatus writes a shield-made response with a Cache-Status.
-func (p *Proxy) generatedStatus(ctx *fasthttp.RequestCtx, status int, msg, cacheStatus string) {
+func (p *Proxy) generatedStatus(ctx *fasthttp.RequestCtx, status int, msg string, cs cacheStatus) {
 	p.generated(ctx, status, msg)
-	ctx.Response.Header.Set("Cache-Status", cacheStatus)
+	cs.set(&ctx.Response.Header)
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
 
 // appendRemoteIP appends the client's address as net.IP.String would
 // write it (IPv4 in dotted form, also when held as IPv4-mapped IPv6),
