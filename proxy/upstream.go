@@ -257,7 +257,6 @@ func (p *Proxy) generatedStatus(ctx *fasthttp.RequestCtx, status int, msg string
 	cs.set(&ctx.Response.Header)
 }
 
-
 // appendRemoteIP appends the client's address as net.IP.String would
 // write it (IPv4 in dotted form, also when held as IPv4-mapped IPv6),
 // without net.IP.String's allocation: it is on every forwarded request.
