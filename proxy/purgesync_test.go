@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,5 +118,43 @@ func TestPurgeLogPositions(t *testing.T) {
 	}
 	if recs, complete, _ := l.addedSince(time.Now().UnixNano()); len(recs) != 0 || !complete {
 		t.Errorf("addedSince(now) = %d records, complete %v; want none, complete", len(recs), complete)
+	}
+}
+
+// TestPurgeRetriedUntilDelivered: a peer that refuses a purge (here: it
+// answers 503) gets it again from its queue until it takes it, and its
+// copy is gone then; the purge's answer says the peer was not reached.
+func TestPurgeRetriedUntilDelivered(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	setup := clusterSetup{handler: func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if n.id == "b" && string(ctx.Path()) == purgePath && failing.Load() {
+				ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+				return
+			}
+			next(ctx)
+		}
+	}}
+	c := newTestCluster(t, setup, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	path := pathWhere(t, "retry", func(p string) bool { return b.owner(t, p) == "b" })
+	b.get(t, path)
+	if !b.has(t, path, kindResponse) {
+		t.Fatalf("%s not stored on its owner b", path)
+	}
+	body := a.adminPurge(t, url.Values{"url": {"http://" + testHost + path}})
+	if !strings.Contains(body, `"b":503`) {
+		t.Errorf("purge answer %s, want b's 503 reported", body)
+	}
+	waitUntil(t, "a retried the purge", func() bool { return a.p.g.peerPurgeRetries.Get() >= 2 })
+	if !b.has(t, path, kindResponse) {
+		t.Fatal("b's copy went before the purge got through: the test did not hold the purge back")
+	}
+	failing.Store(false)
+	before := c.origin.hits(path)
+	waitUntil(t, "the purge reached b", func() bool { return !b.has(t, path, kindResponse) })
+	if r := b.get(t, path); strings.Contains(r.cacheStatus, "hit") || c.origin.hits(path) != before+1 {
+		t.Errorf("GET via b after the retried purge: %q, origin %d → %d; want a miss", r.cacheStatus, before, c.origin.hits(path))
 	}
 }
