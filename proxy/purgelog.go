@@ -244,7 +244,9 @@ func (q *peerQueue) push(r purgeRecord) {
 	if len(q.pending) >= peerQueueMax {
 		// Too far behind to replay one by one: one message that drops
 		// everything the peer fetched before now stands for all of them.
-		q.pending = append(q.pending[:0], newPurge(url.Values{"all": {"1"}}))
+		// It is for that peer only: never logged or relayed there
+		// (peerPurge), or it would empty every cache it reached.
+		q.pending = append(q.pending[:0], newPurge(url.Values{"all": {"1"}, "overflow": {"1"}}))
 	}
 	q.pending = append(q.pending, r)
 	q.mu.Unlock()
@@ -343,9 +345,12 @@ func (p *Proxy) peerPurge(ctx *fasthttp.RequestCtx) {
 	var err error
 	applied := false
 	rec := purgeRecord{ID: id, At: at, Args: args.Encode()}
-	if err1 != nil || err2 != nil || id == 0 {
+	switch {
+	case err1 != nil || err2 != nil || id == 0:
 		res, err = p.Purge(args) // an older node: no id, apply as is
-	} else {
+	case args.Get("overflow") == "1":
+		res, err = p.Purge(args) // the sender's queue for us overflowed: ours alone
+	default:
 		res, applied, err = p.applyPurge(rec)
 	}
 	if err != nil {

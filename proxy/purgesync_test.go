@@ -158,3 +158,30 @@ func TestPurgeRetriedUntilDelivered(t *testing.T) {
 		t.Errorf("GET via b after the retried purge: %q, origin %d → %d; want a miss", r.cacheStatus, before, c.origin.hits(path))
 	}
 }
+
+// TestOverflowPurgeStaysLocal: the "everything fetched before now" a
+// peer gets when its purge queue overflowed empties that peer's cache
+// only: it is neither logged there (others syncing from it would empty
+// theirs) nor relayed, even across differing views.
+func TestOverflowPurgeStaysLocal(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{}, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	path := pathWhere(t, "overflow", func(p string) bool { return a.owner(t, p) == "a" })
+	a.get(t, path)
+	bPath := pathWhere(t, "overflow-b", func(p string) bool { return b.owner(t, p) == "b" })
+	b.get(t, bPath)
+	resp := c.peerReq(t, a.ip, b, "POST", purgePath+"?all=1&overflow=1&_id=77&_at=1", "",
+		"Shield-Auth: "+clusterSecret, "Shield-Generation: 1") // a generation b does not have
+	if resp.StatusCode() != fasthttp.StatusOK {
+		t.Fatalf("overflow purge: %d %s", resp.StatusCode(), resp.Body())
+	}
+	if r := b.get(t, bPath); strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET %s via b after its overflow purge: %q, want a miss", bPath, r.cacheStatus)
+	}
+	if recs, _, _ := b.p.plog.fromSeq(0); len(recs) != 0 {
+		t.Errorf("b logged the overflow purge: %v", recs)
+	}
+	if r := a.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET %s via a: %q; b's overflow purge reached a", path, r.cacheStatus)
+	}
+}
