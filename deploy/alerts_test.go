@@ -76,6 +76,7 @@ func TestAlertRules(t *testing.T) {
 		{"OriginBreakerOpen", []string{"shield_breaker_state", "== 2"}, "1m", []string{"warning", "critical"}},
 		{"HitRatioDrop", []string{`shield_requests_total{cache="hit"}`}, "", []string{"warning"}},
 		{"ConsulUnreachable", []string{"shield_consul_reachable == 0"}, "2m", []string{"warning", "critical"}},
+		{"PurgeSyncStuck", []string{"shield_purge_sync_pending > 0"}, "2m", []string{"warning", "critical"}},
 		{"CacheNearFull", []string{"shield_cache_bytes / shield_cache_max_bytes > 0.95"}, "", []string{"info", "warning"}},
 		{"Shield5xxRate", []string{`shield_requests_total{cache="error"}`}, "", []string{"warning", "critical"}},
 	}

@@ -361,7 +361,7 @@ func TestRealScrapeFamilies(t *testing.T) {
 		"shield_requests_total", "shield_request_duration_seconds", "shield_origin_fetches_total",
 		"shield_stale_served_total", "shield_coalesced_waiters_total", "shield_coalesced_waiters",
 		"shield_admission_rejected_total", "shield_breaker_state", "shield_cluster_peers",
-		"shield_cluster_generation_changes_total", "shield_consul_reachable", "shield_cache_bytes",
+		"shield_cluster_generation_changes_total", "shield_consul_reachable", "shield_purge_sync_pending", "shield_cache_bytes",
 		"shield_cache_max_bytes", "shield_cache_entries", "shield_origin_budget_in_flight",
 		"shield_origin_budget_limit", "shield_purges_total", "shield_config_reloads_total",
 		"shield_config_reload_failures_total",

@@ -172,8 +172,13 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 	if opts.DynamicMembership {
 		c.sync = newPurgeSync(time.Now(), &p.iv.gated, src.Reachable)
 		c.sync.viewChanged(otherIDs(m.View(), m.Self().ID), time.Now())
-		p.g.set.NewGauge(`shield_purge_sync_pending`, func() float64 { return float64(c.sync.pending()) })
 	}
+	p.g.set.NewGauge(`shield_purge_sync_pending`, func() float64 {
+		if c.sync == nil {
+			return 0 // static membership: every node knows every peer from the start
+		}
+		return float64(c.sync.pending())
+	})
 	m.Subscribe(func(v *routing.View) {
 		// Runs synchronously inside Membership.Update: quick, no calls
 		// back into membership.
