@@ -165,6 +165,20 @@ func (s *purgeSync) pending() int {
 	return n
 }
 
+// synced reports, for the status page, which peers in the view are in
+// sync and whether the cache is open.
+func (s *purgeSync) synced() (peers map[string]bool, open bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	peers = map[string]bool{}
+	for id, ps := range s.peers {
+		if ps.inView {
+			peers[id] = ps.synced
+		}
+	}
+	return peers, !s.gate.Load()
+}
+
 // syncLoop pulls every peer's purge log each syncInterval, and at once
 // when the view changes, until the proxy closes.
 func (p *Proxy) syncLoop(c *cluster) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/statuspage"
 )
 
 // dynamicSetup makes harness nodes behave as with Consul membership.
@@ -28,6 +30,16 @@ func (n *testNode) adminPurge(t *testing.T, args url.Values) string {
 
 func (n *testNode) gated() bool { return n.p.iv.gated.Load() }
 
+// peerSynced is the status page's purge_synced for peer id.
+func peerSynced(peers []statuspage.Peer, id string) bool {
+	for _, p := range peers {
+		if p.ID == id {
+			return p.PurgeSynced
+		}
+	}
+	return false
+}
+
 // TestPurgeSyncGate: with dynamic membership a node whose peer does not
 // have it in its view (so that peer's purges skip it) serves nothing
 // from its cache; a purge that peer applied meanwhile reaches the node
@@ -44,6 +56,9 @@ func TestPurgeSyncGate(t *testing.T) {
 
 	c.setPeers([]*testNode{b}, "b") // b drops a: b's purges skip a from now on
 	waitUntil(t, "a out of sync once b dropped it", a.gated)
+	if st := a.p.Status(time.Now()).Cluster; st.CacheOpen || peerSynced(st.Peers, "b") {
+		t.Errorf("status of a out of sync: cache_open %v, b purge_synced %v; want both false", st.CacheOpen, peerSynced(st.Peers, "b"))
+	}
 	before := c.origin.hits(path)
 	if r := a.get(t, path); strings.Contains(r.cacheStatus, "hit") {
 		t.Errorf("GET via a out of sync: %q, want no hit", r.cacheStatus)
@@ -57,6 +72,9 @@ func TestPurgeSyncGate(t *testing.T) {
 
 	c.setPeers([]*testNode{b}, "a", "b")
 	waitUntil(t, "a back in sync", func() bool { return !a.gated() })
+	if st := a.p.Status(time.Now()).Cluster; !st.CacheOpen || !peerSynced(st.Peers, "b") {
+		t.Errorf("status of a in sync: cache_open %v, b purge_synced %v; want both true", st.CacheOpen, peerSynced(st.Peers, "b"))
+	}
 	before = c.origin.hits(path)
 	if r := a.get(t, path); strings.Contains(r.cacheStatus, "hit") {
 		t.Errorf("GET via a after the sync: %q; b's purge (applied while a was out of its view) was not synced", r.cacheStatus)

@@ -189,6 +189,11 @@ func (c *cluster) status() *statuspage.Cluster {
 		Generation:      strconv.FormatUint(v.Current.Generation(), 16),
 		Membership:      "static",
 		ConsulReachable: c.src.Reachable(),
+		CacheOpen:       true,
+	}
+	var synced map[string]bool
+	if c.sync != nil {
+		synced, cs.CacheOpen = c.sync.synced()
 	}
 	if _, ok := c.src.(*routing.Consul); ok {
 		cs.Membership = "consul"
@@ -206,6 +211,7 @@ func (c *cluster) status() *statuspage.Cluster {
 			ps.Weight = 1
 		}
 		ps.Self = self != nil && self.ID == peer.ID
+		ps.PurgeSynced = synced == nil || ps.Self || synced[peer.ID]
 		if table != nil && !ps.Self {
 			if pc := table.byID[peer.ID]; pc != nil && pc.brk != nil && pc.brk.State() == breaker.Open {
 				ps.Up = false

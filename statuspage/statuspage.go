@@ -39,16 +39,22 @@ type Cluster struct {
 	Generation      string `json:"generation"`
 	Membership      string `json:"membership"`
 	ConsulReachable bool   `json:"consul_reachable"`
-	Peers           []Peer `json:"peers"`
+	// CacheOpen is false while the node is out of purge sync with a peer
+	// (Consul membership): it then answers nothing from its cache.
+	CacheOpen bool   `json:"cache_open"`
+	Peers     []Peer `json:"peers"`
 }
 
 // Peer is one node of the current peer set.
 type Peer struct {
-	ID     string  `json:"id"`
-	Addr   string  `json:"addr"`
-	Self   bool    `json:"self"`
-	Up     bool    `json:"up"` // this node can reach it (its peer breaker is not open)
-	Weight float64 `json:"weight"`
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	Self bool   `json:"self"`
+	Up   bool   `json:"up"` // this node can reach it (its peer breaker is not open)
+	// PurgeSynced: this node has the peer's purges and the peer has this
+	// node in its view (always true with static membership).
+	PurgeSynced bool    `json:"purge_synced"`
+	Weight      float64 `json:"weight"`
 	// Share is the fraction of keys it owns, measured over sample digests.
 	Share float64 `json:"share"`
 }
