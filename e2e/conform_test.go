@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -115,20 +117,25 @@ func TestRangeE2E(t *testing.T) {
 	}
 }
 
-// TestEarlyHintsNotReplayed: RFC 9110 §15.2 — a 103 from the origin is
-// never stored or replayed: the client gets the final answer (shield
-// cannot forward the 103 itself: fasthttp's client consumes interim
-// answers, see README Decisions), and a hit carries no trace of it.
-func TestEarlyHintsNotReplayed(t *testing.T) {
+// TestEarlyHintsForwarded: RFC 9110 §15.2 — the origin's 103 Early
+// Hints reach the client before the final answer, with their Link
+// fields; they are never stored or replayed: the hit that follows has
+// none. An HTTP/1.0 client gets no interim answer at all.
+func TestEarlyHintsForwarded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	u := target("/hinted", "hints", "1")
-	var interim []int
-	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, _ textproto.MIMEHeader) error {
-		interim = append(interim, code)
+	type interim struct {
+		code int
+		link string
+	}
+	var got []interim
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		got = append(got, interim{code, h.Get("Link")})
 		return nil
 	}}
 	for i := range 2 {
+		got = nil
 		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodGet, "http://"+e.cfg.Listen+u, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -142,12 +149,35 @@ func TestEarlyHintsNotReplayed(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("request %d: status %d, want the final 200", i, resp.StatusCode)
 		}
-		if i == 1 && !strings.HasPrefix(resp.Header.Get("Cache-Status"), "shield; hit") {
-			t.Fatalf("second request: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
+		switch i {
+		case 0:
+			want := []interim{{103, "</style.css>; rel=preload; as=style"}}
+			if !slices.Equal(got, want) {
+				t.Errorf("miss: interim answers %v, want %v (the origin's 103, forwarded)", got, want)
+			}
+		case 1:
+			if !strings.HasPrefix(resp.Header.Get("Cache-Status"), "shield; hit") {
+				t.Fatalf("second request: Cache-Status %q, want a hit", resp.Header.Get("Cache-Status"))
+			}
+			if len(got) != 0 {
+				t.Errorf("hit: interim answers %v; a stored answer must not replay them", got)
+			}
 		}
 	}
-	if len(interim) != 0 {
-		t.Fatalf("client saw interim answers %v; shield must not replay them", interim)
-	}
 	e.wantOriginCount("/hinted", 1)
+
+	// HTTP/1.0 (RFC 9110 §15.2: no 1xx to a 1.0 client), on a fresh URL.
+	conn, err := net.Dial("tcp", e.cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", target("/hinted10", "hints", "1"), "demo.test")
+	raw, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(raw, []byte("HTTP/1.0 200")) && !bytes.HasPrefix(raw, []byte("HTTP/1.1 200")) {
+		t.Errorf("HTTP/1.0 client got %q..., want the final 200 first", raw[:min(len(raw), 40)])
+	}
 }

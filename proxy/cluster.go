@@ -194,6 +194,16 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 				if dial := opts.Dial; dial != nil {
 					pc.hc.DialTimeout = func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }
 				}
+				// The owner's 103 Early Hints reach the edge's client
+				// through the same connection wrapper as an origin's.
+				dialPeer := pc.hc.DialTimeout
+				pc.hc.DialTimeout = func(addr string, d time.Duration) (net.Conn, error) {
+					conn, err := dialPeer(addr, d)
+					if err != nil {
+						return nil, err
+					}
+					return newTrackedConn(conn), nil
+				}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
 				}
@@ -312,7 +322,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
+	tok := watchHints(req, ctx)
 	err = pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
+	endHints(req, tok)
 	outcome := breaker.Success
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		outcome = breaker.Ignored // a large object, served locally; the peer is fine

@@ -75,6 +75,9 @@ type originFetch struct {
 	// through to it first), tid the tenant sent along; both nil else.
 	prev *peerClient
 	tid  []byte
+	// client gets the origin's 103 Early Hints (nil: nobody does;
+	// earlyhints.go).
+	client *fasthttp.RequestCtx
 }
 
 // fetchOrigin fetches for the cache, stores what may be stored and says
@@ -119,7 +122,10 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	if !fromPrev {
 		var ok bool
 		var fl failure
-		if l, ok, fl = o.call(f.tenant, req, resp); !ok {
+		tok := watchHints(req, f.client)
+		l, ok, fl = o.call(f.tenant, req, resp)
+		endHints(req, tok)
+		if !ok {
 			fasthttp.ReleaseResponse(resp)
 			return answer{kind: ansFailed, fail: fl}
 		}
@@ -313,7 +319,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, tenant: sc.tenant, req: req, stale: se, primary: sc.key, flightKey: sc.flightKey(),
-		urlDigest: sc.urlDigest(), hasAuth: hasAuth, prev: sc.prevOwner, tid: sc.tid})
+		urlDigest: sc.urlDigest(), hasAuth: hasAuth, prev: sc.prevOwner, tid: sc.tid, client: ctx})
 	publish(f, &a)
 	now := time.Now()
 	switch a.kind {

@@ -13,6 +13,7 @@ var (
 	hDate           = []byte("Date")
 	hETag           = []byte("ETag")
 	hExpires        = []byte("Expires")
+	hLink           = []byte("Link")
 	hIfModSince     = []byte("If-Modified-Since")
 	hIfNoneMatch    = []byte("If-None-Match")
 	hLastModified   = []byte("Last-Modified")

@@ -112,7 +112,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, false, fromPeer, nil)
 	resp := fasthttp.AcquireResponse()
+	tok := watchHints(req, ctx)
 	l, ok, fl := rte.origin.call(t, req, resp)
+	endHints(req, tok)
 	if !ok {
 		fasthttp.ReleaseResponse(resp)
 		return p.failed(ctx, rte, nil, fl, cacheStatus{fwd: "bypass", detail: fl.detail})

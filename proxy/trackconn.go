@@ -22,6 +22,11 @@ type trackedConn struct {
 	requests atomic.Int32
 	read     atomic.Bool // a Read happened since the last request started
 	addr     trackedAddr
+	// Interim answers of the request in progress (earlyhints.go): only
+	// the goroutine using the connection touches these.
+	watch    interimWatch
+	watching bool
+	wbuf     []byte // the first write without its hints mark
 }
 
 // trackedAddr is a connection's local address plus the connection.
@@ -38,15 +43,30 @@ func newTrackedConn(c net.Conn) *trackedConn {
 }
 
 func (t *trackedConn) Write(b []byte) (int, error) {
-	if t.read.Swap(false) {
-		t.requests.Add(1)
+	if !t.read.Swap(false) {
+		return t.Conn.Write(b)
 	}
-	return t.Conn.Write(b)
+	t.requests.Add(1)
+	out, sink := takeHintsMark(b, t.wbuf)
+	t.watching = sink != nil
+	t.watch = interimWatch{sink: sink, send: sendHints, head: t.watch.head[:0]}
+	if sink == nil && len(out) == len(b) {
+		return t.Conn.Write(b)
+	}
+	t.wbuf = out[:0]
+	if _, err := t.Conn.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 func (t *trackedConn) Read(b []byte) (int, error) {
 	t.read.Store(true)
-	return t.Conn.Read(b)
+	n, err := t.Conn.Read(b)
+	if t.watching && n > 0 {
+		t.watching = t.watch.feed(b[:n])
+	}
+	return n, err
 }
 
 func (t *trackedConn) LocalAddr() net.Addr { return &t.addr }
