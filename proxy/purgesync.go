@@ -300,6 +300,14 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 		ps.epoch, ps.next, ps.lastOK = ans.Epoch, ans.Next, now
 	}
 	switch {
+	case errors.Is(err, errLegacyPeer):
+		// Not held against it: a rolling upgrade must not close every
+		// cache (nor drop it after catchUpWindow).
+		if !ps.synced && ps.inView {
+			p.logger.Info("peer predates purge sync: relying on its pushes", "peer", id)
+			ps.synced = true
+			ps.tryingAt = time.Time{}
+		}
 	case err == nil && ans.Member:
 		ps.tryingAt = time.Time{}
 		if ps.inView {
@@ -323,6 +331,9 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 	s.updateLocked()
 }
 
+// errLegacyPeer: the peer does not know purge sync (a rolling upgrade).
+var errLegacyPeer = errors.New("purge log: peer predates purge sync")
+
 // fetchSync asks one peer for its purge log after this node's position.
 func fetchSync(c *cluster, pc *peerClient, addr string, gen uint64, query string) (syncAnswer, error) {
 	var ans syncAnswer
@@ -342,6 +353,10 @@ func fetchSync(c *cluster, pc *peerClient, addr string, gen uint64, query string
 	case fasthttp.StatusForbidden:
 		// Our address is not in its allow-list: it does not know us.
 		return ans, nil
+	case fasthttp.StatusBadRequest:
+		// A node from before purge sync (it wants ?since=): it pushes
+		// its purges to the peers of its view, as it always did.
+		return ans, errLegacyPeer
 	default:
 		return ans, errors.New("purge log: status " + strconv.Itoa(resp.StatusCode()))
 	}

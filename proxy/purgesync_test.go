@@ -203,3 +203,27 @@ func TestOverflowPurgeStaysLocal(t *testing.T) {
 		t.Errorf("GET %s via a: %q; b's overflow purge reached a", path, r.cacheStatus)
 	}
 }
+
+// TestPurgeSyncLegacyPeer: a peer from before purge sync (it answers the
+// sync's question 400) does not keep the cache closed: a rolling upgrade
+// must not turn every node into a pass-through.
+func TestPurgeSyncLegacyPeer(t *testing.T) {
+	setup := dynamicSetup
+	setup.handler = func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if n.id == "b" && string(ctx.Path()) == purgeLogPath && !ctx.QueryArgs().Has("since") {
+				ctx.Error("since must be unix nanoseconds\n", fasthttp.StatusBadRequest)
+				return
+			}
+			next(ctx)
+		}
+	}
+	c := newTestCluster(t, setup, "a", "b")
+	a := c.node("a")
+	waitUntil(t, "a in sync with its legacy peer", func() bool { return !a.gated() })
+	path := pathWhere(t, "legacy", func(p string) bool { return a.owner(t, p) == "a" })
+	a.get(t, path)
+	if r := a.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("second GET via a: %q, want a hit", r.cacheStatus)
+	}
+}
