@@ -99,11 +99,7 @@ func (l *purgeLog) add(r purgeRecord) bool {
 func (l *purgeLog) fromSeq(seq uint64) (recs []purgeRecord, complete bool, next uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range l.recs {
-		if r.Seq >= seq {
-			recs = append(recs, r)
-		}
-	}
+	recs = l.filterLocked(func(r *purgeRecord) bool { return r.Seq >= seq })
 	oldest := l.nextSeq
 	if len(l.recs) > 0 {
 		oldest = l.recs[0].Seq
@@ -116,12 +112,19 @@ func (l *purgeLog) fromSeq(seq uint64) (recs []purgeRecord, complete bool, next 
 func (l *purgeLog) addedSince(since int64) (recs []purgeRecord, complete bool, next uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range l.recs {
-		if r.Added >= since {
-			recs = append(recs, r)
+	recs = l.filterLocked(func(r *purgeRecord) bool { return r.Added >= since })
+	return recs, l.droppedAdded < since, l.nextSeq
+}
+
+// filterLocked returns a copy of the records keep selects; l.mu held.
+func (l *purgeLog) filterLocked(keep func(*purgeRecord) bool) []purgeRecord {
+	var recs []purgeRecord
+	for i := range l.recs {
+		if keep(&l.recs[i]) {
+			recs = append(recs, l.recs[i])
 		}
 	}
-	return recs, l.droppedAdded < since, l.nextSeq
+	return recs
 }
 
 // after returns the records at or after since and whether the log is
@@ -129,11 +132,7 @@ func (l *purgeLog) addedSince(since int64) (recs []purgeRecord, complete bool, n
 func (l *purgeLog) after(since int64) (recs []purgeRecord, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range l.recs {
-		if r.At >= since {
-			recs = append(recs, r)
-		}
-	}
+	recs = l.filterLocked(func(r *purgeRecord) bool { return r.At >= since })
 	return recs, l.since <= since && l.dropped < since
 }
 
