@@ -164,6 +164,7 @@ type testCluster struct {
 type clusterSetup struct {
 	overlap time.Duration                                                           // membership overlap; 0: 10s
 	yaml    string                                                                  // extra YAML inside the cluster block
+	top     string                                                                  // extra top-level YAML (tenants, ...)
 	opts    func(*ClusterOptions)                                                   // adjusts each node's options
 	cfg     func(*config.Config)                                                    // adjusts each node's parsed config
 	handler func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler // wraps a peer handler
@@ -201,7 +202,7 @@ func newTestCluster(t testing.TB, setup clusterSetup, ids ...string) *testCluste
 	}
 	for i, id := range ids {
 		n := &testNode{id: id, ip: net.IPv4(10, 0, 0, byte(i+1)), peerAddr: fmt.Sprintf("10.0.0.%d:7000", i+1), src: &fakeSource{}}
-		raw := fmt.Sprintf(clusterConfig, c.origin.addr, testHost, id, n.peerAddr, clusterSecret, setup.yaml, peers.String())
+		raw := fmt.Sprintf(clusterConfig, c.origin.addr, testHost, id, n.peerAddr, clusterSecret, setup.yaml, peers.String()) + setup.top
 		cfg, err := config.Parse("cluster.yaml", []byte(raw), nil)
 		if err != nil {
 			t.Fatalf("node %s config: %v", id, err)
