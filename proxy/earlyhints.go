@@ -90,12 +90,21 @@ func endHints(req *fasthttp.Request, token uint64) {
 // takeHintsMark removes the mark from a request's first write and returns
 // the bytes to send and the request it names (nil: none).
 func takeHintsMark(b, scratch []byte) (out []byte, sink *fasthttp.RequestCtx) {
-	i := bytes.Index(b, hintsMark)
+	// Only the head is searched: the same bytes in a body (which may
+	// share this write) are the client's, and cutting them would make
+	// the body shorter than its Content-Length — a desynchronised
+	// connection. A head never holds an empty line, so it ends at the
+	// first one (or runs past this write).
+	head := b
+	if end := bytes.Index(b, []byte("\r\n\r\n")); end >= 0 {
+		head = b[:end+2]
+	}
+	i := bytes.Index(head, hintsMark)
 	if i < 0 {
 		return b, nil
 	}
 	start := i + len(hintsMark)
-	end := bytes.Index(b[start:], crlf)
+	end := bytes.Index(head[start:], crlf)
 	if end < 0 {
 		return b, nil // not whole in this write: leave it (cannot happen with fasthttp's writer)
 	}

@@ -74,6 +74,11 @@ func TestHintsMark(t *testing.T) {
 	if tok := watchHints(req, &old); tok != 0 || len(req.Header.PeekBytes(hShieldHints)) != 0 {
 		t.Error("an HTTP/1.0 client's fetch was marked")
 	}
+	// A body that carries the mark's bytes is the client's: untouched.
+	smuggle := []byte("POST / HTTP/1.1\r\nHost: o\r\nContent-Length: 24\r\n\r\nx\r\nShield-Hints: 1\r\nyyyy")
+	if out, s := takeHintsMark(smuggle, nil); s != nil || !bytes.Equal(out, smuggle) {
+		t.Errorf("a body holding the mark's bytes was cut: %q", out)
+	}
 	plain := []byte("GET / HTTP/1.1\r\nHost: o\r\n\r\n")
 	if out, s := takeHintsMark(plain, nil); s != nil || !bytes.Equal(out, plain) {
 		t.Errorf("unmarked request changed: %q", out)
