@@ -21,10 +21,12 @@ import (
 // what was purged. Pushing alone cannot close that gap: the pusher does
 // not know whom it is missing. So every node also pulls:
 //
-//   - every syncInterval (syncGatedInterval while out of sync) it asks each peer in its view for the peer's
-//     purge log after the position it last got (log positions are the
-//     peer's own, per process epoch) and applies what it missed (at most
-//     once, by id). The answer also says whether the peer has this node
+//   - every syncInterval (syncGatedInterval while out of sync) it asks
+//     each peer in its view for the peer's purge log after the position
+//     it last got (log positions are the peer's own, per process epoch)
+//     and applies what it missed (at most once, by id; an overflow
+//     "purge everything" is never logged, so never synced). The answer
+//     also says whether the peer has this node
 //     in its view — from then on the peer pushes every purge here as it
 //     applies it (deliver reads the view after logging; the log answer
 //     reads the view before the log, so no purge falls between the two);
@@ -42,7 +44,14 @@ import (
 //     before then is dropped (its purges are unknown) and it no longer
 //     holds the node out of sync;
 //   - an answer that is not complete (the ring dropped records after the
-//     position asked for) drops everything fetched before now.
+//     position asked for) drops everything fetched before now;
+//   - a purge issued here waits (bounded) for the membership source's
+//     first answer before it is delivered, and a purge received from a
+//     peer whose view differs from ours is delivered on to our peers
+//     before it is acknowledged (purgelog.go): together they reach the
+//     nodes the issuer does not know yet;
+//   - a peer from before purge sync (it answers 400) is trusted to push,
+//     as before: a rolling upgrade does not close every cache.
 //
 // Static membership needs none of this: every node knows every peer from
 // the start, and a queued purge is retried until the peer takes it.
