@@ -116,7 +116,7 @@ type peerTable struct {
 type peerClient struct {
 	id       string
 	hc       *fasthttp.HostClient
-	brk      *breaker.Breaker // skips a failing peer for a while
+	skip     peerSkip // skips a failing peer for a while
 	outcomes [numPeerOutcomes]*metrics.Counter
 }
 
@@ -132,10 +132,6 @@ const (
 )
 
 var peerOutcomeLabels = [numPeerOutcomes]string{"ok", "error", "misdirected", "forbidden", "skipped"}
-
-// peerBreaker: three consecutive failures skip the peer for 2s, then one
-// probe decides.
-var peerBreaker = breaker.Settings{ConsecutiveFailures: 3, OpenFor: 2 * time.Second, HalfOpenProbes: 1, Interval: 10 * time.Second}
 
 // SetCluster joins the proxy to a cluster: requests whose key another
 // node owns are forwarded to it. src is refreshed after a 421 or a peer
@@ -190,7 +186,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		for _, peer := range v.Current.Peers() {
 			pc := clients[peer.ID+"@"+peer.Addr]
 			if pc == nil {
-				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout, opts.MaxBody, opts.TLS), brk: breaker.New("peer "+peer.ID, peerBreaker, nil)}
+				pc = &peerClient{id: peer.ID, hc: newPeerClient(peer.Addr, peerTimeout, opts.MaxBody, opts.TLS)}
 				if dial := opts.Dial; dial != nil {
 					pc.hc.DialTimeout = func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }
 				}
@@ -296,8 +292,8 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	if pc == nil {
 		return 0, false
 	}
-	call, err := pc.brk.Allow()
-	if err != nil {
+	ok, probe := pc.skip.allow(ctx.Time().UnixNano())
+	if !ok {
 		pc.outcomes[peerSkipped].Inc()
 		return 0, false
 	}
@@ -323,7 +319,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
 	tok := watchHints(req, ctx)
-	err = pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
+	err := pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
 	endHints(req, tok)
 	outcome := breaker.Success
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
@@ -333,7 +329,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	} else if s := resp.StatusCode(); s == fasthttp.StatusMisdirectedRequest || s == fasthttp.StatusForbidden {
 		outcome = breaker.Ignored
 	}
-	call.Done(outcome)
+	pc.skip.done(probe, outcome, time.Now().UnixNano())
 	switch {
 	case err != nil:
 		pc.outcomes[peerError].Inc()

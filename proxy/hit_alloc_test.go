@@ -5,8 +5,11 @@ package proxy
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/breaker"
 )
 
 // TestHitAllocs asserts the hot path allocates nothing: a cache HIT
@@ -99,5 +102,46 @@ func TestRangeHitAllocs(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Errorf("range HIT = %v allocs/op, want 0", allocs)
+	}
+}
+
+// TestForwardedHitAllocs: a hit on the key's owner reached through
+// another node allocates nothing, counted over the whole exchange
+// (client, edge, owner) as BenchmarkForwardedHit does.
+func TestForwardedHitAllocs(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{}, "a", "b")
+	a := c.node("a")
+	path := pathWhere(t, "fwdallocs", func(p string) bool { return a.owner(t, p) == "b" })
+	if r := a.get(t, path); r.code != 200 {
+		t.Fatalf("warm-up: %+v", r)
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(path)
+	req.Header.SetHost(testHost)
+	do := func() {
+		if err := a.client.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
+			t.Fatalf("forwarded hit: %v %d", err, resp.StatusCode())
+		}
+	}
+	for range 100 { // pools and connections warm
+		do()
+	}
+	if n := testing.AllocsPerRun(1000, do); n != 0 {
+		t.Errorf("forwarded hit: %v allocs, want 0", n)
+	}
+}
+
+// TestPeerSkipAllocs: the peer breaker on the forwarded path.
+func TestPeerSkipAllocs(t *testing.T) {
+	var s peerSkip
+	if n := testing.AllocsPerRun(1000, func() {
+		ok, probe := s.allow(1)
+		if ok {
+			s.done(probe, breaker.Success, 1)
+		}
+	}); n != 0 {
+		t.Errorf("allow+done: %v allocs, want 0", n)
 	}
 }

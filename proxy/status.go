@@ -213,7 +213,7 @@ func (c *cluster) status() *statuspage.Cluster {
 		ps.Self = self != nil && self.ID == peer.ID
 		ps.PurgeSynced = synced == nil || ps.Self || synced[peer.ID]
 		if table != nil && !ps.Self {
-			if pc := table.byID[peer.ID]; pc != nil && pc.brk != nil && pc.brk.State() == breaker.Open {
+			if pc := table.byID[peer.ID]; pc != nil && pc.skip.state(time.Now().UnixNano()) == breaker.Open {
 				ps.Up = false
 			}
 		}
