@@ -10,6 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // hitBody is the 1 KiB body of the benchmarked object.
@@ -234,5 +236,28 @@ func BenchmarkRangeHit(b *testing.B) {
 	}
 	if ctx.Response.StatusCode() != 206 {
 		b.Fatalf("status %d, want 206", ctx.Response.StatusCode())
+	}
+}
+
+// BenchmarkLargeHit: a 100 KiB object (stored in pieces, store.go)
+// through the handler with a reused RequestCtx.
+func BenchmarkLargeHit(b *testing.B) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16)
+	o := newTestOrigin(b, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = w.Write(body)
+	})
+	p := newTestProxy(b, o.addr(), func(c *config.Config) { c.Cache.MaxObjectSize = 1 << 20 })
+	ctx := hitCtx(b)
+	serve(p, ctx)
+	h := p.Handler()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx.Response.Reset()
+		h(ctx)
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) || len(ctx.Response.Body()) != len(body) {
+			b.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(hCacheStatus), len(ctx.Response.Body()), len(body))
+		}
 	}
 }
