@@ -227,3 +227,46 @@ func TestPurgeSyncLegacyPeer(t *testing.T) {
 		t.Errorf("second GET via a: %q, want a hit", r.cacheStatus)
 	}
 }
+
+// TestReadThroughWhileOutOfSync: a node out of purge sync (here: a peer
+// that just joined has not yet answered that it knows it) still answers
+// that peer's read-through from its cache: the reader checks the copy
+// against its own invalidations (TestPurgeSyncGate: its own clients get
+// no hit).
+func TestReadThroughWhileOutOfSync(t *testing.T) {
+	var refuse atomic.Bool
+	setup := dynamicSetup
+	setup.handler = func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if n.id == "c" && refuse.Load() && string(ctx.Path()) == purgeLogPath {
+				ctx.SetStatusCode(fasthttp.StatusForbidden) // "I do not know you"
+				return
+			}
+			next(ctx)
+		}
+	}
+	c := newTestCluster(t, setup, "a", "b", "c")
+	a, cn := c.node("a"), c.node("c")
+	c.setPeers(c.nodes, "a", "b")
+	waitUntil(t, "a and b in sync", func() bool { return !a.gated() && !c.node("b").gated() })
+	path := pathWhere(t, "rtsync", func(p string) bool {
+		return a.owner(t, p) == "a" && c.ownerIn(t, p, "a", "b", "c") == "c"
+	})
+	a.get(t, path)
+	if !a.has(t, path, kindResponse) {
+		t.Fatalf("%s not stored on its owner a", path)
+	}
+	refuse.Store(true)
+	c.setPeers(c.nodes, "a", "b", "c") // c joins: a is out of sync until c answers
+	waitUntil(t, "a out of sync with the new peer c", a.gated)
+	before := c.origin.hits(path)
+	if r := cn.get(t, path); r.code != 200 {
+		t.Fatalf("GET via the new owner c: %+v", r)
+	}
+	if got := c.origin.hits(path); got != before || cn.cl().readThroughHit.Get() != 1 {
+		t.Errorf("origin requests for %s: %d → %d, c's read-through hits %d; want c to have read a's copy", path, before, got, cn.cl().readThroughHit.Get())
+	}
+	if !a.gated() {
+		t.Fatal("a back in sync during the test: it did not exercise the gate")
+	}
+}

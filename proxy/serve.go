@@ -30,6 +30,10 @@ type scratch struct {
 	tenant   *admission.Tenant // nil without admission control
 	tid      []byte            // tenant identity for tenant-scoped keys (aliases request or config memory)
 	fromPeer bool              // forwarded by another node
+	// checked: the requester checks the answer against its own
+	// invalidations (a read-through carries Shield-Tags back), so this
+	// node's purge sync does not hold the cache closed for it.
+	checked bool
 
 	hotRate   float64     // sampled request rate of a forwarded key (0: not sampled)
 	ownerID   string      // the owner a request was forwarded to
@@ -44,7 +48,7 @@ type scratch struct {
 func (sc *scratch) reset() {
 	sc.key, sc.vkey, sc.tmp, sc.hdrs = sc.key[:0], sc.vkey[:0], sc.tmp[:0], sc.hdrs[:0]
 	sc.cc.Reset()
-	sc.tenant, sc.tid, sc.fromPeer = nil, nil, false
+	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
 }
 
@@ -174,6 +178,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekBytes(hShieldReadThrough)) > 0
+	sc.checked = readThrough
 
 	// Step 4: the key's owner serves it. A forwarded request is always
 	// served where it lands, so a request crosses at most one hop.
@@ -320,8 +325,11 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		return b, lkMiss
 	}
 	// Purged (by URL or tag) since this entry's fetch started: a miss;
-	// soft-purged: stale from the purge on (inval.go).
-	if !p.iv.servable(e) {
+	// soft-purged: stale from the purge on (inval.go). Out of purge sync
+	// nothing is served, except to a requester that checks for itself (a
+	// leaving node is out of its peers' views, and they read through to
+	// it for the keys it owned).
+	if ok := p.iv.apply(e); !ok || (!sc.checked && p.iv.gated.Load()) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}
