@@ -121,8 +121,12 @@ func (s *purgeSync) viewChanged(ids []string, now time.Time) {
 		// Update runs the callback after the source answered.
 		s.establishLocked()
 	}
-	for _, ps := range s.peers {
-		ps.inView = false
+	inView := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		inView[id] = true
+	}
+	for id, ps := range s.peers {
+		ps.inView = ps.inView && inView[id]
 	}
 	for _, id := range ids {
 		ps := s.peers[id]
@@ -130,11 +134,11 @@ func (s *purgeSync) viewChanged(ids []string, now time.Time) {
 			ps = &peerSync{}
 			s.peers[id] = ps
 		}
-		if !ps.inView && ps.synced {
+		if !ps.inView { // new to the view: synced only once it answers
 			ps.synced = false
-		}
-		if !ps.synced && ps.tryingAt.IsZero() {
-			ps.tryingAt = now
+			if ps.tryingAt.IsZero() {
+				ps.tryingAt = now
+			}
 		}
 		ps.inView = true
 	}
@@ -148,20 +152,18 @@ func (s *purgeSync) viewChanged(ids []string, now time.Time) {
 // updateLocked sets the gate: not every peer in the view is synced, or
 // the membership source has not answered yet. Always under mu, so an
 // older verdict never overwrites a newer one.
-func (s *purgeSync) updateLocked() {
-	gated := !s.established
-	for _, ps := range s.peers {
-		if ps.inView && !ps.synced {
-			gated = true
-		}
-	}
-	s.gate.Store(gated)
-}
+func (s *purgeSync) updateLocked() { s.gate.Store(s.pendingLocked() > 0) }
 
 // pending counts what holds the node out of sync (for the metric).
 func (s *purgeSync) pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pendingLocked()
+}
+
+// pendingLocked: the peers in the view not synced, plus one while the
+// membership source has not answered; mu held.
+func (s *purgeSync) pendingLocked() int {
 	n := 0
 	if !s.established {
 		n++

@@ -270,3 +270,16 @@ func TestReadThroughWhileOutOfSync(t *testing.T) {
 		t.Fatal("a back in sync during the test: it did not exercise the gate")
 	}
 }
+
+// TestPurgeSyncViewShrinks: a peer leaving the view does not close the
+// cache — the peers that stayed are still synced (a peer new to the view
+// does: TestReadThroughWhileOutOfSync).
+func TestPurgeSyncViewShrinks(t *testing.T) {
+	c := newTestCluster(t, dynamicSetup, "a", "b", "c")
+	a := c.node("a")
+	waitUntil(t, "a in sync", func() bool { return !a.gated() })
+	c.setPeers([]*testNode{a}, "a", "b") // c leaves a's view
+	if a.gated() {
+		t.Error("a closed its cache when a peer left its view")
+	}
+}
