@@ -409,21 +409,21 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("forbidden\n")
 			return
 		}
-		// Purges and purge logs go through whatever generation either
-		// side has: they must get through while views differ.
-		if string(ctx.Path()) == purgePath {
+		// Purges, purge logs and usage go through whatever generation
+		// either side has: they must get through while views differ, and
+		// none depends on key ownership.
+		switch string(ctx.Path()) {
+		case purgePath:
 			p.peerPurge(ctx)
 			return
-		}
-		if string(ctx.Path()) == purgeLogPath {
+		case purgeLogPath:
 			if ctx.QueryArgs().Has("node") {
 				p.serveSync(ctx, c)
 			} else {
 				p.servePurgeLog(ctx)
 			}
 			return
-		}
-		if string(ctx.Path()) == usagePath {
+		case usagePath:
 			p.takeUsage(ctx, c)
 			return
 		}
@@ -453,9 +453,7 @@ func sendPurge(c *cluster, pc *peerClient, addr string, gen uint64, args url.Val
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(purgePath + "?" + args.Encode())
-	req.Header.SetHost(addr)
-	req.Header.SetBytesKV(hShieldAuth, c.secret)
-	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, gen, 10))
+	setPeerHead(&req.Header, c, addr, gen)
 	if err := pc.hc.DoTimeout(req, resp, 5*time.Second); err != nil {
 		return 0
 	}
@@ -476,6 +474,15 @@ func (p *Proxy) invalidateEverywhere(rawURL string, tid []byte) {
 	rec := newPurge(args)
 	p.plog.add(rec)
 	p.deliver(rec, true)
+}
+
+// setPeerHead addresses a request to a peer: its address as Host, the
+// shared secret and the generation this node routes by.
+func setPeerHead(h *fasthttp.RequestHeader, c *cluster, addr string, gen uint64) {
+	var num [20]byte
+	h.SetHost(addr)
+	h.SetBytesKV(hShieldAuth, c.secret)
+	h.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
 }
 
 // purgePath is the peer-listener path a purge is fanned out on.

@@ -57,10 +57,7 @@ func (p *Proxy) Handoff(ctx context.Context) int {
 		resp := fasthttp.AcquireResponse()
 		req.Header.SetMethod(fasthttp.MethodPost)
 		req.SetRequestURI(handoffPath)
-		req.Header.SetHost(owner.Addr)
-		req.Header.SetBytesKV(hShieldAuth, c.secret)
-		var num [20]byte
-		req.Header.SetBytesKV(hShieldGeneration, appendUint(num[:0], v.Current.Generation()))
+		setPeerHead(&req.Header, c, owner.Addr, v.Current.Generation())
 		body := binary.AppendUvarint(make([]byte, 0, len(key)+len(b)+8), uint64(len(key)))
 		body = append(append(body, key...), b...)
 		req.SetBodyRaw(body)

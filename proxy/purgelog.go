@@ -423,26 +423,34 @@ func (p *Proxy) catchUp(c *cluster, savedAt int64, release func()) {
 }
 
 func fetchPurgeLog(c *cluster, pc *peerClient, addr string, gen uint64, since int64) ([]purgeRecord, bool, error) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(purgeLogPath + "?since=" + strconv.FormatInt(since, 10))
-	req.Header.SetHost(addr)
-	req.Header.SetBytesKV(hShieldAuth, c.secret)
-	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, gen, 10))
-	if err := pc.hc.DoTimeout(req, resp, purgeSendLimit); err != nil {
-		return nil, false, err
-	}
-	if resp.StatusCode() != fasthttp.StatusOK {
-		return nil, false, errors.New("purge log: status " + strconv.Itoa(resp.StatusCode()))
-	}
 	var out struct {
 		Complete bool          `json:"complete"`
 		Records  []purgeRecord `json:"records"`
 	}
-	if err := json.Unmarshal(resp.Body(), &out); err != nil {
-		return nil, false, fmt.Errorf("purge log: %w", err)
+	status, err := getPurgeLog(c, pc, addr, gen, "since="+strconv.FormatInt(since, 10), &out)
+	if err == nil && status != fasthttp.StatusOK {
+		err = errors.New("purge log: status " + strconv.Itoa(status))
 	}
-	return out.Records, out.Complete, nil
+	return out.Records, out.Complete, err
+}
+
+// getPurgeLog asks a peer for its purge log (query: its parameters) and
+// decodes a 200 answer into out; other statuses are the caller's to read.
+func getPurgeLog(c *cluster, pc *peerClient, addr string, gen uint64, query string, out any) (status int, err error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(purgeLogPath + "?" + query)
+	setPeerHead(&req.Header, c, addr, gen)
+	if err := pc.hc.DoTimeout(req, resp, purgeSendLimit); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK {
+		return resp.StatusCode(), nil
+	}
+	if err := json.Unmarshal(resp.Body(), out); err != nil {
+		return resp.StatusCode(), fmt.Errorf("purge log: %w", err)
+	}
+	return resp.StatusCode(), nil
 }

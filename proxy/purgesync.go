@@ -1,9 +1,7 @@
 package proxy
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net/url"
 	"strconv"
 	"sync"
@@ -78,7 +76,7 @@ type peerSync struct {
 	synced   bool      // answered "member" since it entered the view
 	epoch    uint64    // the peer log's epoch; 0: never answered
 	next     uint64    // position to ask from inside epoch
-	lastOK   time.Time // last complete answer (this node's clock)
+	lastOK   time.Time // its last answer with a log (this node's clock)
 	tryingAt time.Time // when this node began trying to sync with it
 }
 
@@ -348,33 +346,19 @@ var errLegacyPeer = errors.New("purge log: peer predates purge sync")
 // fetchSync asks one peer for its purge log after this node's position.
 func fetchSync(c *cluster, pc *peerClient, addr string, gen uint64, query string) (syncAnswer, error) {
 	var ans syncAnswer
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(purgeLogPath + "?" + query)
-	req.Header.SetHost(addr)
-	req.Header.SetBytesKV(hShieldAuth, c.secret)
-	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, gen, 10))
-	if err := pc.hc.DoTimeout(req, resp, purgeSendLimit); err != nil {
+	status, err := getPurgeLog(c, pc, addr, gen, query, &ans)
+	switch {
+	case err != nil, status == fasthttp.StatusOK:
 		return ans, err
-	}
-	switch resp.StatusCode() {
-	case fasthttp.StatusOK:
-	case fasthttp.StatusForbidden:
+	case status == fasthttp.StatusForbidden:
 		// Our address is not in its allow-list: it does not know us.
 		return ans, nil
-	case fasthttp.StatusBadRequest:
+	case status == fasthttp.StatusBadRequest:
 		// A node from before purge sync (it wants ?since=): it pushes
 		// its purges to the peers of its view, as it always did.
 		return ans, errLegacyPeer
-	default:
-		return ans, errors.New("purge log: status " + strconv.Itoa(resp.StatusCode()))
 	}
-	if err := json.Unmarshal(resp.Body(), &ans); err != nil {
-		return ans, fmt.Errorf("purge log: %w", err)
-	}
-	return ans, nil
+	return ans, errors.New("purge log: status " + strconv.Itoa(status))
 }
 
 // serveSync answers a peer's sync: the records after its position (or,

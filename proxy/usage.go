@@ -118,9 +118,7 @@ func sendUsage(c *cluster, pc *peerClient, addr string, gen uint64, body []byte,
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(usagePath)
-	req.Header.SetHost(addr)
-	req.Header.SetBytesKV(hShieldAuth, c.secret)
-	req.Header.SetBytesKV(hShieldGeneration, appendUint(nil, gen))
+	setPeerHead(&req.Header, c, addr, gen)
 	req.Header.SetContentType("text/plain")
 	req.SetBody(body)
 	if err := pc.hc.DoDeadline(req, resp, deadline); err != nil {
