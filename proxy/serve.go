@@ -326,10 +326,9 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 	}
 	// Purged (by URL or tag) since this entry's fetch started: a miss;
 	// soft-purged: stale from the purge on (inval.go). Out of purge sync
-	// nothing is served, except to a requester that checks for itself (a
-	// leaving node is out of its peers' views, and they read through to
-	// it for the keys it owned).
-	if ok := p.iv.apply(e); !ok || (!sc.checked && p.iv.gated.Load()) {
+	// nothing is served (servable), except to a reader that checks the
+	// entry against its own invalidations (a read-through).
+	if !p.iv.servable(e) && !(sc.checked && p.iv.apply(e)) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}
