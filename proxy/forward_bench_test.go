@@ -8,27 +8,39 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// forwardedHit starts a two-node harness cluster, warms a key that b
+// owns and returns a GET of it through a (client → edge → owner), one
+// request and response reused by every call.
+func forwardedHit(tb testing.TB) (do func()) {
+	c := newTestCluster(tb, clusterSetup{}, "a", "b")
+	a := c.node("a")
+	path := pathWhere(tb, "fwd", func(p string) bool { return a.owner(tb, p) == "b" })
+	if r := a.get(tb, path); r.code != 200 {
+		tb.Fatalf("warm-up: %+v", r)
+	}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	tb.Cleanup(func() {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+	})
+	req.SetRequestURI(path)
+	req.Header.SetHost(testHost)
+	return func() {
+		if err := a.client.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
+			tb.Fatalf("forwarded hit: %v %d", err, resp.StatusCode())
+		}
+	}
+}
+
 // BenchmarkForwardedHit is a hit on the key's owner reached through
 // another node, in-process: client → edge public listener → owner peer
 // listener, over in-memory connections. allocs/op counts the whole
 // exchange (client, edge and owner).
 func BenchmarkForwardedHit(b *testing.B) {
-	c := newTestCluster(b, clusterSetup{}, "a", "b")
-	a := c.node("a")
-	path := pathWhere(b, "fwdbench", func(p string) bool { return a.owner(b, p) == "b" })
-	if r := a.get(b, path); r.code != 200 {
-		b.Fatalf("warm-up: %+v", r)
-	}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(path)
-	req.Header.SetHost(testHost)
+	do := forwardedHit(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := a.client.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
-			b.Fatalf("forwarded hit: %v %d", err, resp.StatusCode())
-		}
+		do()
 	}
 }
 

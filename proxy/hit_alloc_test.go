@@ -5,7 +5,6 @@ package proxy
 import (
 	"bytes"
 	"testing"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -109,22 +108,7 @@ func TestRangeHitAllocs(t *testing.T) {
 // another node allocates nothing, counted over the whole exchange
 // (client, edge, owner) as BenchmarkForwardedHit does.
 func TestForwardedHitAllocs(t *testing.T) {
-	c := newTestCluster(t, clusterSetup{}, "a", "b")
-	a := c.node("a")
-	path := pathWhere(t, "fwdallocs", func(p string) bool { return a.owner(t, p) == "b" })
-	if r := a.get(t, path); r.code != 200 {
-		t.Fatalf("warm-up: %+v", r)
-	}
-	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI(path)
-	req.Header.SetHost(testHost)
-	do := func() {
-		if err := a.client.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
-			t.Fatalf("forwarded hit: %v %d", err, resp.StatusCode())
-		}
-	}
+	do := forwardedHit(t)
 	for range 100 { // pools and connections warm
 		do()
 	}

@@ -80,14 +80,19 @@ func checkHit(tb testing.TB, ctx *fasthttp.RequestCtx) {
 
 func benchmarkHit(b *testing.B, vary bool) {
 	p, ctx := warmHit(b, vary)
-	h := p.Handler()
-	b.SetBytes(int64(len(hitBody)))
+	benchmarkHits(b, p.Handler(), ctx, len(hitBody))
+}
+
+// benchmarkHits serves ctx again and again through h, each answer a hit
+// of a bodyLen-byte body.
+func benchmarkHits(b *testing.B, h fasthttp.RequestHandler, ctx *fasthttp.RequestCtx, bodyLen int) {
+	b.SetBytes(int64(bodyLen))
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx.Response.Reset()
 		h(ctx)
-		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
-			b.Fatalf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(hCacheStatus))
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) || len(ctx.Response.Body()) != bodyLen {
+			b.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(hCacheStatus), len(ctx.Response.Body()), bodyLen)
 		}
 	}
 }
@@ -250,14 +255,5 @@ func BenchmarkLargeHit(b *testing.B) {
 	p := newTestProxy(b, o.addr(), func(c *config.Config) { c.Cache.MaxObjectSize = 1 << 20 })
 	ctx := hitCtx(b)
 	serve(p, ctx)
-	h := p.Handler()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		ctx.Response.Reset()
-		h(ctx)
-		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) || len(ctx.Response.Body()) != len(body) {
-			b.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(hCacheStatus), len(ctx.Response.Body()), len(body))
-		}
-	}
+	benchmarkHits(b, p.Handler(), ctx, len(body))
 }
