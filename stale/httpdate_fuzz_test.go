@@ -2,6 +2,7 @@ package stale
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,10 +25,15 @@ func FuzzParseHTTPDate(f *testing.F) {
 		got, ok := ParseHTTPDate([]byte(s))
 		std, stdErr := http.ParseTime(s)
 
-		// Everything accepted is a valid HTTP-date to net/http too, and the
-		// same instant.
-		if ok && (stdErr != nil || !std.Equal(got)) {
-			t.Fatalf("ParseHTTPDate(%q) = %v, net/http.ParseTime = %v, %v", s, got, std, stdErr)
+		// Everything accepted is a valid HTTP-date to net/http too once its
+		// names are in their canonical case (ParseHTTPDate matches day,
+		// month and zone names in any case, RFC 9110 §5.6.7; net/http does
+		// not), and the same instant.
+		if ok {
+			canon, err := http.ParseTime(canonicalNames(s))
+			if err != nil || !canon.Equal(got) {
+				t.Fatalf("ParseHTTPDate(%q) = %v, net/http.ParseTime(%q) = %v, %v", s, got, canonicalNames(s), canon, err)
+			}
 		}
 		// Every canonical IMF-fixdate net/http accepts is accepted.
 		if stdErr == nil && string(AppendHTTPDate(nil, std)) == s && !ok {
@@ -65,3 +71,30 @@ func FuzzParseHTTPDate(f *testing.F) {
 		}
 	})
 }
+
+// canonicalNames writes every run of ASCII letters as net/http's layouts
+// do: "GMT" upper case, any other name ("thu", "FEB") capitalised.
+func canonicalNames(s string) string {
+	b := []byte(s)
+	for i := 0; i < len(b); {
+		if !isASCIILetter(b[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(b) && isASCIILetter(b[j]) {
+			j++
+		}
+		word := strings.ToLower(string(b[i:j]))
+		if word == "gmt" {
+			word = "GMT"
+		} else {
+			word = strings.ToUpper(word[:1]) + word[1:]
+		}
+		copy(b[i:j], word)
+		i = j
+	}
+	return string(b)
+}
+
+func isASCIILetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
