@@ -385,13 +385,11 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 		}
 		hdr.Add(string(k), string(v))
 	}
-	// Like the HTTP/1.1 listener: no Content-Type guessed, no Date added
-	// (the handler dates what it answers; a stored answer keeps its own).
+	// Like the HTTP/1.1 listener: no Content-Type guessed. A stored
+	// answer keeps its Date; one without gets the sending time, as
+	// fasthttp gives shield's own answers (ensureDate).
 	if _, ok := hdr["Content-Type"]; !ok {
 		hdr["Content-Type"] = nil
-	}
-	if _, ok := hdr["Date"]; !ok {
-		hdr["Date"] = nil
 	}
 	status := resp.StatusCode()
 	head := ctx.IsHead() || resp.SkipBody
