@@ -71,8 +71,12 @@ func newH2Server(h fasthttp.RequestHandler, s config.Server, logger *slog.Logger
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &http.Server{
-		Handler:        &h2Handler{h: h, maxBody: int64(s.MaxBodySize), logger: slogPrinter{logger}},
-		Protocols:      &protos,
+		Handler:   &h2Handler{h: h, maxBody: int64(s.MaxBodySize), logger: slogPrinter{logger}},
+		Protocols: &protos,
+		// The client's address, parsed once per connection.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, remoteAddrKey{}, c.RemoteAddr())
+		},
 		ReadTimeout:    s.ReadTimeout,
 		WriteTimeout:   s.WriteTimeout,
 		IdleTimeout:    s.IdleTimeout,
@@ -302,35 +306,49 @@ type h2Handler struct {
 	logger  fasthttp.Logger
 }
 
-// h2Ctxs pools the RequestCtx of HTTP/2 requests, as fasthttp.Server
-// pools its own: the response body buffer is kept with it (what the hit
-// path writes into).
-var h2Ctxs = sync.Pool{New: func() any { return new(fasthttp.RequestCtx) }}
+// remoteAddrKey holds a connection's client address in its requests'
+// context (newH2Server's ConnContext).
+type remoteAddrKey struct{}
+
+// h2Request is what serving one HTTP/2 request takes besides net/http's
+// own objects. It is pooled, as fasthttp.Server pools its RequestCtx: the
+// response body buffer is kept with it (what the hit path writes into).
+type h2Request struct {
+	ctx  fasthttp.RequestCtx
+	conn h2Conn
+	tls  h2TLSConn
+	buf  [8 << 10]byte // request body reads
+}
+
+var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
 
 func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ctx := h2Ctxs.Get().(*fasthttp.RequestCtx)
-	conn := &h2Conn{w: w, remote: tcpAddr(r.RemoteAddr), local: localAddr(r)}
-	var c net.Conn = conn
+	q := h2Requests.Get().(*h2Request)
+	ctx := &q.ctx
+	q.conn = h2Conn{w: w, remote: remoteAddr(r), local: localAddr(r), buf: q.conn.buf[:0]}
+	var c net.Conn = &q.conn
 	if r.TLS != nil {
-		c = &h2TLSConn{h2Conn: conn, state: r.TLS}
+		q.tls = h2TLSConn{h2Conn: &q.conn, state: r.TLS}
+		c = &q.tls
 	}
 	ctx.Init2(c, hh.logger, false)
 	ctx.Response.Header.SetNoDefaultContentType(true)
-	if hh.copyRequest(ctx, r) {
+	if hh.copyRequest(ctx, r, q.buf[:]) {
 		hh.h(ctx)
 	}
-	conn.finish()
+	q.conn.finish()
 	writeH2Response(w, ctx)
 	_ = ctx.Response.CloseBodyStream()
 	ctx.Request.Reset()
 	ctx.Response.Reset()
 	ctx.ResetUserValues()
-	h2Ctxs.Put(ctx)
+	q.conn.w, q.tls.state = nil, nil // nothing of this request stays reachable
+	h2Requests.Put(q)
 }
 
 // copyRequest copies r into ctx.Request; false when r cannot be served
 // (body over max_body_size, body not read), with the answer in ctx.
-func (hh *h2Handler) copyRequest(ctx *fasthttp.RequestCtx, r *http.Request) bool {
+func (hh *h2Handler) copyRequest(ctx *fasthttp.RequestCtx, r *http.Request, buf []byte) bool {
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.RequestURI)
@@ -346,17 +364,25 @@ func (hh *h2Handler) copyRequest(ctx *fasthttp.RequestCtx, r *http.Request) bool
 		requestError(ctx, fasthttp.ErrBodyTooLarge)
 		return false
 	}
-	if r.Body != nil && r.Body != http.NoBody {
-		n, err := io.Copy(req.BodyWriter(), io.LimitReader(r.Body, hh.maxBody+1))
-		switch {
-		case err != nil:
-			// Reset by the client, or not sent within read_timeout:
-			// answered like fasthttp answers a body it could not read.
-			requestError(ctx, err)
-			return false
-		case n > hh.maxBody:
-			requestError(ctx, fasthttp.ErrBodyTooLarge)
-			return false
+	// ContentLength 0: the stream ended with its headers (or said
+	// Content-Length: 0), there is nothing to read.
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		for {
+			n, err := r.Body.Read(buf)
+			req.AppendBody(buf[:n])
+			if int64(len(req.Body())) > hh.maxBody {
+				requestError(ctx, fasthttp.ErrBodyTooLarge)
+				return false
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				// Reset by the client, or not sent within read_timeout:
+				// answered like fasthttp answers a body it could not read.
+				requestError(ctx, err)
+				return false
+			}
 		}
 	}
 	if n := len(req.Body()); n > 0 {
@@ -511,10 +537,14 @@ func (c *h2Conn) SetDeadline(time.Time) error      { return nil }
 func (c *h2Conn) SetReadDeadline(time.Time) error  { return nil }
 func (c *h2Conn) SetWriteDeadline(time.Time) error { return nil }
 
-// tcpAddr parses net/http's RemoteAddr ("ip:port"); the client's address
-// feeds X-Forwarded-For, tenant identification and peer allow-lists.
-func tcpAddr(s string) net.Addr {
-	ap, err := netip.ParseAddrPort(s)
+// remoteAddr is the client's address (X-Forwarded-For, tenant
+// identification, allow-lists): the connection's, else net/http's
+// RemoteAddr parsed.
+func remoteAddr(r *http.Request) net.Addr {
+	if a, ok := r.Context().Value(remoteAddrKey{}).(net.Addr); ok {
+		return a
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return &net.TCPAddr{}
 	}
