@@ -420,3 +420,52 @@ func TestH2Spec(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTP2Drain: SIGTERM with an HTTP/2 request in flight — the stream
+// is answered (the connection gets a GOAWAY, not a reset), then shield
+// exits 0.
+func TestHTTP2Drain(t *testing.T) {
+	t.Parallel()
+	h := newH2Env(t, true)
+	c := h.client()
+	type answer struct {
+		proto  string
+		status int
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.Get(h.base() + target("/h2/drain", "delay", "800"))
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		_ = res.Body.Close()
+		done <- answer{res.Proto, res.StatusCode, nil}
+	}()
+	eventually(t, "the HTTP/2 request to reach the origin", func() bool { return h.stats().InFlight == 1 })
+	h.shield.terminate(t)
+	if a := <-done; a.err != nil || a.status != 200 || a.proto != "HTTP/2.0" {
+		t.Fatalf("HTTP/2 request in flight during SIGTERM: %s %d %v, want HTTP/2.0 200", a.proto, a.status, a.err)
+	}
+	if code := h.shield.wait(t); code != 0 {
+		t.Errorf("shield exited %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestHTTP2Off: server.http2: false keeps the TLS listener HTTP/1.1
+// only (curl --http2 falls back), and a plain listener without
+// server.h2c takes no prior-knowledge HTTP/2.
+func TestHTTP2Off(t *testing.T) {
+	t.Parallel()
+	// exactly: a false set before defaults would read as "absent".
+	h := newH2Env(t, true, exactly(func(c *config.Config) { c.Server.HTTP2 = false }))
+	if a := h.curl("/off", false); a.heads[0] != "HTTP/1.1 200 OK" {
+		t.Errorf("curl --http2 with server.http2: false: %v, want HTTP/1.1", a.heads)
+	}
+	plain := newEnv(t)
+	out, err := exec.Command("curl", "-sS", "-o", "/dev/null", "--max-time", "5", "--http2-prior-knowledge", "http://"+plain.cfg.Listen+"/off").CombinedOutput()
+	if err == nil {
+		t.Errorf("prior-knowledge HTTP/2 without server.h2c succeeded (%s), want it refused", out)
+	}
+}
