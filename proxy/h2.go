@@ -81,6 +81,9 @@ func newH2Server(h fasthttp.RequestHandler, s config.Server, logger *slog.Logger
 		WriteTimeout:   s.WriteTimeout,
 		IdleTimeout:    s.IdleTimeout,
 		MaxHeaderBytes: int(s.MaxHeaderSize),
+		// OPTIONS * goes to shield's handler (400, as on HTTP/1.1), not to
+		// net/http's built-in 200.
+		DisableGeneralOptionsHandler: true,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          l.MaxConcurrentStreams,
 			MaxReadFrameSize:              int(l.MaxFrameSize),

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,6 @@ func TestPublicServesBothProtocols(t *testing.T) {
 				}
 			}
 
-			// A body over max_body_size is refused over HTTP/2 too.
 			var p http.Protocols
 			if useTLS {
 				p.SetHTTP2(true)
@@ -168,6 +168,17 @@ func TestPublicServesBothProtocols(t *testing.T) {
 				p.SetUnencryptedHTTP2(true)
 			}
 			tr := &http.Transport{Protocols: &p, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // test certificate
+			// OPTIONS * reaches the handler (shield answers it 400), not
+			// net/http's built-in answer.
+			opts, err := tr.RoundTrip(&http.Request{Method: http.MethodOptions, URL: &neturl.URL{Scheme: scheme, Host: ln.Addr().String(), Opaque: "*"}, Header: http.Header{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = opts.Body.Close()
+			if got := opts.Header.Get("X-Req"); got != "OPTIONS * " {
+				t.Errorf("OPTIONS * over HTTP/2: handler saw %q, want it to reach the handler", got)
+			}
+			// A body over max_body_size is refused over HTTP/2 too.
 			resp, err := tr.RoundTrip(must(http.NewRequest(http.MethodPost, url, strings.NewReader(strings.Repeat("x", 2<<10)))))
 			if err != nil {
 				t.Fatal(err)
