@@ -408,11 +408,27 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 	resp := &ctx.Response
 	hdr := w.Header()
 	clear(hdr) // a 103's Link fields
+	n := 0
+	for range resp.Header.All() {
+		n++
+	}
+	// One backing array for the values; common names need no string.
+	vals := make([]string, 0, n)
 	for k, v := range resp.Header.All() {
 		if skipH2Field(k) {
 			continue
 		}
-		hdr.Add(string(k), string(v))
+		key, ok := h2Names[string(k)]
+		if !ok {
+			key = http.CanonicalHeaderKey(string(k))
+		}
+		vals = append(vals, string(v))
+		i := len(vals) - 1
+		if prev, ok := hdr[key]; ok {
+			hdr[key] = append(prev, vals[i])
+		} else {
+			hdr[key] = vals[i : i+1 : i+1]
+		}
 	}
 	// Like the HTTP/1.1 listener: no Content-Type guessed. A stored
 	// answer keeps its Date; one without gets the sending time, as
@@ -446,6 +462,19 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 		_, _ = w.Write(body)
 	}
 }
+
+// h2Names are the canonical names of fields shield's answers carry
+// (fasthttp normalises names the same way), so that writing them costs no
+// string.
+var h2Names = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Cache-Status", "Content-Encoding",
+		"Content-Language", "Content-Range", "Content-Type", "Date", "Etag", "Expires", "Last-Modified",
+		"Link", "Location", "Retry-After", "Server", "Set-Cookie", "Vary", "Via", "X-Content-Type-Options"} {
+		m[k] = k
+	}
+	return m
+}()
 
 func skipH2Field(k []byte) bool {
 	for _, s := range h2Skip {

@@ -74,6 +74,8 @@ func h2Echo(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("X-Remote", string(appendRemoteIP(nil, ctx)))
 	ctx.Response.Header.Set("X-Host", string(ctx.Host()))
 	ctx.Response.Header.Set("X-Req", string(ctx.Method())+" "+string(ctx.RequestURI())+" "+string(ctx.Request.Header.Peek("X-Test")))
+	ctx.Response.Header.Add("Vary", "A")
+	ctx.Response.Header.Add("Vary", "B")
 	ctx.SetConnectionClose()
 	ctx.SetBody(append([]byte("body:"), ctx.Request.Body()...))
 }
@@ -154,6 +156,9 @@ func TestPublicServesBothProtocols(t *testing.T) {
 				if proto == "HTTP/2.0" {
 					if _, ok := h["Connection"]; ok || h.Get("Content-Type") != "" || h.Get("Content-Length") != "10" {
 						t.Errorf("HTTP/2 answer fields: %v; want no Connection, no Content-Type, Content-Length 10", h)
+					}
+					if v := h.Values("Vary"); len(v) != 2 || v[0] != "A" || v[1] != "B" {
+						t.Errorf("HTTP/2 Vary fields: %q, want both, in order", v)
 					}
 					if len(interim) != 1 || interim[0] != "</a.css>; rel=preload" {
 						t.Errorf("HTTP/2 interim answers: %q, want one 103 with the Link", interim)
