@@ -142,7 +142,7 @@ func parseCurl(t *testing.T, out string) curlAnswer {
 // TestHTTP2RequestPath: curl over HTTP/2 — TLS with ALPN and cleartext
 // with prior knowledge — gets what HTTP/1.1 gets from the same request
 // path: a miss stored then a hit (Cache-Status), shared with HTTP/1.1
-// clients; X-Forwarded-Proto and -For for the origin; the origin's 103
+// clients; tenant admission (429); X-Forwarded-Proto and -For for the origin; the origin's 103
 // Early Hints as a 103 on the stream; a Range answered 206 from the
 // cache; HEAD; a purge that makes the next request a miss; a request body
 // passed on and one over max_body_size refused 413; an object above
@@ -156,7 +156,12 @@ func TestHTTP2RequestPath(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			h := newH2Env(t, useTLS, with(func(c *config.Config) { c.Server.MaxBodySize = 64 * config.KiB }))
+			h := newH2Env(t, useTLS, with(func(c *config.Config) { c.Server.MaxBodySize = 64 * config.KiB }), yamlSection(`tenants:
+  identify: { header: X-Tenant }
+  default: { rate: 10000, burst: 10000, max_concurrency: 256 }
+  classes:
+    starved: { rate: 1, burst: 1, max_concurrency: 4 }
+`))
 			proto, scheme := "HTTP/2", "http"
 			if useTLS {
 				scheme = "https"
@@ -204,6 +209,14 @@ func TestHTTP2RequestPath(t *testing.T) {
 			}
 			if p := h.curl("/h2/a", false); !strings.Contains(p.header.Get("Cache-Status"), "fwd=miss") || p.body == a.body {
 				t.Errorf("after the purge: Cache-Status %q (same body %v), want a new fetch", p.header.Get("Cache-Status"), p.body == a.body)
+			}
+
+			// Tenant admission: the starved tenant's second request in a
+			// second is refused, on HTTP/2 as on HTTP/1.1.
+			h.curl("/h2/t1", false, "-H", "X-Tenant: starved")
+			if rej := h.curl("/h2/t2", false, "-H", "X-Tenant: starved"); rej.status != 429 || rej.header.Get("Retry-After") == "" ||
+				!strings.Contains(rej.header.Get("Cache-Status"), "detail=rejected") {
+				t.Errorf("over its tenant rate over HTTP/2: %d Retry-After %q Cache-Status %q, want 429", rej.status, rej.header.Get("Retry-After"), rej.header.Get("Cache-Status"))
 			}
 
 			post := h.curl("/h2/post", false, "--data-binary", "hello")
