@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -143,9 +144,13 @@ func TestClusterPurgeHungPeer(t *testing.T) {
 			t.Errorf("%s via %s just after SIGCONT: n=%d (%v), want ≥ 2: the purged copy was served", key, n3.id(), got, r)
 		}
 	}
-	// Once its cache is open again it has the purges themselves: the
-	// keys not asked for since hold only the purged copy.
-	eventually(t, n3.id()+" back in purge sync", func() bool {
+	// Once it has noticed it did not run and resynced, its cache is open
+	// again and it has the purges themselves: the keys not asked for
+	// since are misses (fetched anew, n ≥ 2), then hits.
+	eventually(t, n3.id()+" noticed it did not run and synced again", func() bool {
+		if !strings.Contains(n3.proc.stderr.String(), "process did not run") {
+			return false
+		}
 		v, ok := ce.scrape(n3).value("shield_purge_sync_pending")
 		return ok && v == 0
 	})
@@ -156,6 +161,9 @@ func TestClusterPurgeHungPeer(t *testing.T) {
 		}
 		if got := decode(t, r).N; got < 2 {
 			t.Errorf("%s via %s after it synced: n=%d (%v), want ≥ 2: the purge did not reach it", key, n3.id(), got, r)
+		}
+		if r, err := ce.get(n3, key); err != nil || !parseCacheStatus(r.header).hit {
+			t.Errorf("%s via %s asked again: %v %v, want a hit (its cache open again)", key, n3.id(), r, err)
 		}
 	}
 	eventually(t, "n1's and n2's purge queues drained", func() bool {
