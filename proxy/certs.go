@@ -134,16 +134,11 @@ func (pt *PeerTLS) Prepare(t *config.PeerTLS) (install func(), err error) {
 func (pt *PeerTLS) Client() *tls.Config { return pt.client.Load() }
 
 // tlsDialer dials addr and completes a TLS handshake within timeout (or
-// the request's remaining time, if shorter). fasthttp sees a plain
-// connection, so requests need no https:// scheme.
-func tlsDialer(addr string, tc *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
-	tc = withServerName(tc, addr)
-	return tlsDialerFunc(addr, func() *tls.Config { return tc }, timeout)
-}
-
-// tlsDialerFunc is tlsDialer with the configuration read at each dial
-// (a reloadable one; ServerName from addr when it has none).
-func tlsDialerFunc(addr string, conf func() *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
+// the request's remaining time, if shorter), with the configuration conf
+// returns at that dial (a reloadable one; ServerName from addr when it
+// has none). fasthttp sees a plain connection, so requests need no
+// https:// scheme.
+func tlsDialer(addr string, conf func() *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
 	return func(_ string, remaining time.Duration) (net.Conn, error) {
 		d := timeout
 		if remaining > 0 && remaining < d {

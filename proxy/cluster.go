@@ -264,7 +264,7 @@ func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *PeerTLS)
 	if pt != nil {
 		// A dead owner must cost little: the dial and handshake together
 		// get the plain dial's 250ms, plus room for the handshake.
-		hc.DialTimeout = tlsDialerFunc(addr, pt.Client, 500*time.Millisecond)
+		hc.DialTimeout = tlsDialer(addr, pt.Client, 500*time.Millisecond)
 	}
 	return hc
 }
