@@ -285,7 +285,9 @@ type purgeAnswer struct {
 		Found        bool
 		Namespace    int
 	}
-	Error string
+	Peers   map[string]int // peers that answered in time, by status
+	Pending []string       // peers that have not acknowledged it yet
+	Error   string
 }
 
 // purge calls POST /purge?query and decodes the answer; want is the

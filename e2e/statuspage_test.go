@@ -36,6 +36,14 @@ func chromium(t *testing.T) string {
 // headless runs chromium on url with extra flags and returns stdout.
 func headless(t *testing.T, bin, url string, flags ...string) []byte {
 	t.Helper()
+	out, _ := headlessLog(t, bin, url, flags...)
+	return out
+}
+
+// headlessLog is headless that also returns chromium's stderr (its log,
+// with the page's console messages under --enable-logging=stderr).
+func headlessLog(t *testing.T, bin, url string, flags ...string) ([]byte, string) {
+	t.Helper()
 	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--user-data-dir=" + t.TempDir()}, flags...)
@@ -56,7 +64,7 @@ func headless(t *testing.T, bin, url string, flags ...string) []byte {
 	if err != nil {
 		t.Fatalf("chromium %s: %v\n%.2000s", url, err, stderr.String())
 	}
-	return out
+	return out, stderr.String()
 }
 
 // artifacts is where the screenshots go: $SHIELD_ARTIFACTS, else a

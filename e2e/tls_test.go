@@ -204,3 +204,173 @@ func TestClusterPeerTLS(t *testing.T) {
 		t.Errorf("plain HTTP to the TLS peer listener: %v", r)
 	}
 }
+
+// peerCertCN dials a peer listener as a client presenting client (nil:
+// none) and trusting cas, sends one request so that a TLS 1.3 server's
+// verdict on the client certificate arrives, and returns the common name
+// of the certificate the listener presented.
+func peerCertCN(addr string, client *tls.Certificate, cas ...*testCA) (string, error) {
+	pool := x509.NewCertPool()
+	for _, ca := range cas {
+		pool.AppendCertsFromPEM(ca.CertPEM)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	if client != nil {
+		cfg.Certificates = []tls.Certificate{*client}
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	cn := conn.ConnectionState().PeerCertificates[0].Subject.CommonName
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return cn, err
+	}
+	buf := make([]byte, 64)
+	if _, err := conn.Read(buf); err != nil {
+		return cn, err
+	}
+	return cn, nil
+}
+
+// TestClusterPeerTLSReload: cluster.tls reloads like server.tls. Two
+// static nodes talk mutual TLS with certificates from CA one; the files
+// are rotated in place to a CA two certificate (the CA file a bundle of
+// both), then to CA two alone, each step applied by POST /reload on both
+// nodes. After each step the peer listeners present the new certificate
+// to a new connection (the old one no more), keys owned by the other
+// node are still forwarded with no peer error — after the last step a
+// forward needs the new client certificate and CA on both sides, since
+// the reload closed the idle peer connections — and once CA one is gone a
+// client with a CA one certificate is refused.
+func TestClusterPeerTLSReload(t *testing.T) {
+	t.Parallel()
+	ng := startNginx(t, "75s", "", "")
+	ca1, ca2 := newTestCA(t, "rotate-one"), newTestCA(t, "rotate-two")
+	dir := t.TempDir()
+	type node struct{ id, listen, admin, peer, cert, key, ca string }
+	var nodes []node
+	for i := range 2 {
+		id := fmt.Sprintf("n%d", i)
+		n := node{id, freeAddr(t), freeAddr(t), freeAddr(t),
+			dir + "/" + id + "-cert.pem", dir + "/" + id + "-key.pem", dir + "/" + id + "-ca.pem"}
+		c, k := ca1.issue(t, id+"-one", "127.0.0.1")
+		copyFile(t, c, n.cert)
+		copyFile(t, k, n.key)
+		copyFile(t, ca1.File, n.ca)
+		nodes = append(nodes, n)
+	}
+	var peers []string
+	for _, n := range nodes {
+		peers = append(peers, fmt.Sprintf("{ id: %s, addr: %q }", n.id, n.peer))
+	}
+	for _, n := range nodes {
+		extra := fmt.Sprintf(`cluster:
+  node_id: %s
+  listen: %s
+  secret: %q
+  membership: static
+  peers: [%s]
+  tls: { cert_file: %q, key_file: %q, ca_file: %q }
+`, n.id, n.peer, clusterSecret, strings.Join(peers, ", "), n.cert, n.key, n.ca)
+		startShieldWith(t, n.admin, shieldYAML(n.listen, n.admin, fmt.Sprintf(`servers: [%q]`, ng.addr), extra))
+	}
+	c := newClient()
+	// forwards asks 40 new keys through each node and returns how many
+	// were forwarded to the other; any peer error fails the test.
+	forwards := func(step string) float64 {
+		t.Helper()
+		total := 0.0
+		for _, n := range nodes {
+			before := metricSum(t, n.admin, "shield_peer_requests_total", map[string]string{"outcome": "ok"})
+			for i := range 40 {
+				r, err := doHTTP(c, http.MethodGet, fmt.Sprintf("http://%s/rot/%s/%s/%d", n.listen, step, n.id, i))
+				if err != nil || r.status != http.StatusOK {
+					t.Fatalf("%s: request %d via %s: %v %v", step, i, n.id, r, err)
+				}
+			}
+			ok := metricSum(t, n.admin, "shield_peer_requests_total", map[string]string{"outcome": "ok"}) - before
+			bad := metricSum(t, n.admin, "shield_peer_requests_total", map[string]string{"outcome": "error"})
+			if ok < 5 || bad != 0 {
+				t.Errorf("%s: via %s, %v keys forwarded ok and %v peer errors in all, want ≥ 5 and 0", step, n.id, ok, bad)
+			}
+			total += ok
+		}
+		return total
+	}
+	// presents checks the certificate each peer listener shows a new
+	// connection (the client trusting both CAs, with a CA two certificate).
+	cc, ck := ca2.issue(t, "test-client-two", "127.0.0.1")
+	client2, err := tls.LoadX509KeyPair(cc, ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	presents := func(step, suffix string) {
+		t.Helper()
+		for _, n := range nodes {
+			cn, err := peerCertCN(n.peer, &client2, ca1, ca2)
+			if err != nil || cn != n.id+suffix {
+				t.Errorf("%s: %s's peer listener presented %q (%v), want %q", step, n.id, cn, err, n.id+suffix)
+			}
+		}
+	}
+	reload := func(step string) {
+		t.Helper()
+		for _, n := range nodes {
+			r, err := doHTTP(c, http.MethodPost, "http://"+n.admin+"/reload")
+			if err != nil || r.status != http.StatusOK {
+				t.Fatalf("%s: POST /reload on %s: %v %v", step, n.id, r, err)
+			}
+		}
+	}
+
+	t.Logf("CA one: %v keys forwarded", forwards("one"))
+	// The CA file names CA one only: a CA two client is refused.
+	if _, err := peerCertCN(nodes[0].peer, &client2, ca1); err == nil {
+		t.Errorf("CA one only: a client with a CA two certificate was served")
+	}
+
+	// Step 1: CA bundle, certificates from CA two.
+	bundle := append(append([]byte{}, ca1.CertPEM...), ca2.CertPEM...)
+	for _, n := range nodes {
+		c, k := ca2.issue(t, n.id+"-two", "127.0.0.1")
+		copyFile(t, c, n.cert)
+		copyFile(t, k, n.key)
+		if err := os.WriteFile(n.ca, bundle, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload("bundle")
+	presents("bundle", "-two")
+	t.Logf("CA bundle, CA two certificates: %v keys forwarded", forwards("bundle"))
+
+	// Step 2: CA two alone.
+	for _, n := range nodes {
+		copyFile(t, ca2.File, n.ca)
+	}
+	reload("two")
+	presents("two", "-two")
+	t.Logf("CA two alone: %v keys forwarded", forwards("two"))
+	c1, k1 := ca1.issue(t, "test-client-one", "127.0.0.1")
+	client1, err := tls.LoadX509KeyPair(c1, k1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if _, err := peerCertCN(n.peer, &client1, ca1, ca2); err == nil {
+			t.Errorf("CA two alone: %s's peer listener served a client with a CA one certificate", n.id)
+		}
+	}
+
+	// A reload whose cluster.tls does not load is rejected, and the
+	// running certificates stay.
+	if err := os.WriteFile(nodes[0].cert, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := doHTTP(c, http.MethodPost, "http://"+nodes[0].admin+"/reload"); err != nil || r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "cluster.tls") {
+		t.Errorf("reload with a broken cluster.tls.cert_file: %v %v, want 400 naming cluster.tls", r, err)
+	}
+	presents("after a rejected reload", "-two")
+}

@@ -3,9 +3,13 @@ package proxy
 import (
 	"bytes"
 	"errors"
+	"strconv"
+	"strings"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/statuspage"
 )
 
 // AdminHandler serves the admin listener: / (the status page, HTML) and
@@ -16,11 +20,33 @@ import (
 // the configuration file; a bad one is rejected and the running one
 // stays) and POST /purge (see Purge). Keep this listener off the public
 // network: it has no authentication.
+//
+// It defends itself against the operator's own browser: every answer
+// carries a Content-Security-Policy that allows nothing but this
+// listener's own resources and no framing, and nosniff; a state-changing
+// request (any method but GET and HEAD) that the browser marks as coming
+// from another site is refused (crossSite). Command-line clients send
+// neither Origin nor Sec-Fetch-Site and are served as before.
 func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
+		// After the handler: ctx.Error resets the response head.
+		defer adminHeaders(&ctx.Response.Header)
+		if !ctx.IsGet() && !ctx.IsHead() {
+			if why := crossSite(&ctx.Request.Header, ctx.IsTLS()); why != "" {
+				p.g.adminCrossSite.Inc()
+				writeJSON(ctx, fasthttp.StatusForbidden, map[string]string{
+					"error": "cross-site request refused: " + why + "; the admin listener takes state-changing requests only from its own pages or from clients that send no Origin (curl)",
+				})
+				return
+			}
+		}
 		switch string(ctx.Path()) {
 		case "/":
 			p.serveStatus(ctx, false)
+		case "/status.css":
+			ctx.SetContentType("text/css; charset=utf-8")
+			ctx.Response.Header.Set("Cache-Control", "no-cache")
+			ctx.SetBody(statuspage.CSS)
 		case "/status.json":
 			p.serveStatus(ctx, true)
 		case "/metrics":
@@ -55,6 +81,45 @@ func (p *Proxy) AdminHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("not found\n")
 		}
 	}
+}
+
+// adminCSP lets the status page load its own stylesheet and links, and
+// nothing else: no script, no inline style, no other site's resources,
+// no framing (clickjacking the purge or reload of an operator).
+const adminCSP = "default-src 'self'; frame-ancestors 'none'"
+
+// adminHeaders sets the headers every admin answer carries.
+func adminHeaders(h *fasthttp.ResponseHeader) {
+	h.Set("Content-Security-Policy", adminCSP)
+	h.Set("X-Content-Type-Options", "nosniff")
+}
+
+// crossSite says why a state-changing admin request comes from another
+// site in a browser ("" when it does not): Sec-Fetch-Site cross-site or
+// same-site (another port or subdomain is another site's page to this
+// listener), or an Origin other than this listener's own (the scheme and
+// the Host the browser addressed; "null" included: sandboxed frames,
+// file: pages, redirects). A request with neither field is not from a
+// browser page (curl, scripts, Prometheus) and passes; so does a
+// browser's same-origin request and one the user started (none).
+func crossSite(h *fasthttp.RequestHeader, tls bool) string {
+	switch site := string(h.Peek("Sec-Fetch-Site")); site {
+	case "", "same-origin", "none":
+	default:
+		return "Sec-Fetch-Site: " + site
+	}
+	origin := h.Peek("Origin")
+	if len(origin) == 0 {
+		return ""
+	}
+	scheme := "http://"
+	if tls {
+		scheme = "https://"
+	}
+	if own := scheme + string(h.Host()); !strings.EqualFold(string(origin), own) {
+		return "Origin " + strconv.Quote(string(origin)) + " is not " + own
+	}
+	return ""
 }
 
 // Reload runs the reloader set by SetReloader and counts the outcome.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -72,40 +73,72 @@ func PublicTLS(t *config.ListenerTLS, certs *CertReloader) *tls.Config {
 }
 
 // PeerTLS holds the mutual-TLS settings of the peer listener and of
-// connections to peers: this node's certificate (reloadable) and the CA
-// every node's certificate must chain to.
+// connections to peers: this node's certificate and the CA pool every
+// node's certificate must chain to. Both are reloadable like server.tls
+// (SIGHUP, POST /reload: Prepare): each new handshake — the listener's
+// through GetConfigForClient, a peer client's through its dialer — reads
+// the current ones; established connections keep their session.
 type PeerTLS struct {
 	Certs  *CertReloader
 	Server *tls.Config // for the peer listener: client certificates required
-	Client *tls.Config // for connections to peers
+	server atomic.Pointer[tls.Config]
+	client atomic.Pointer[tls.Config] // for connections to peers
 }
 
 // NewPeerTLS loads cluster.tls.
 func NewPeerTLS(t *config.PeerTLS) (*PeerTLS, error) {
-	certs, err := NewCertReloader(t.CertFile, t.KeyFile)
+	cert, ca, err := loadPeerTLS(t)
 	if err != nil {
-		return nil, fmt.Errorf("cluster.tls: %w", err)
+		return nil, err
+	}
+	pt := &PeerTLS{Certs: &CertReloader{}}
+	pt.Server = &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return pt.server.Load(), nil
+	}}
+	pt.install(cert, ca)
+	return pt, nil
+}
+
+func loadPeerTLS(t *config.PeerTLS) (*tls.Certificate, *x509.CertPool, error) {
+	cert, err := LoadCertificate(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster.tls: %w", err)
 	}
 	ca, err := config.LoadCAPool(t.CAFile)
 	if err != nil {
-		return nil, fmt.Errorf("cluster.tls.ca_file: %w", err)
+		return nil, nil, fmt.Errorf("cluster.tls.ca_file: %w", err)
 	}
-	return &PeerTLS{
-		Certs: certs,
-		Server: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate,
-			ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca},
-		Client: &tls.Config{MinVersion: tls.VersionTLS12, GetClientCertificate: certs.GetClientCertificate, RootCAs: ca},
-	}, nil
+	return cert, ca, nil
 }
 
-// tlsDialer dials addr and completes a TLS handshake within timeout (or
-// the request's remaining time, if shorter). fasthttp sees a plain
-// connection, so requests need no https:// scheme.
-func tlsDialer(addr string, tc *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
-	if tc.ServerName == "" {
-		tc = tc.Clone()
-		tc.ServerName, _, _ = net.SplitHostPort(addr)
+// install makes cert and ca those of new handshakes.
+func (pt *PeerTLS) install(cert *tls.Certificate, ca *x509.CertPool) {
+	pt.Certs.Set(cert)
+	pt.server.Store(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: pt.Certs.GetCertificate,
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca})
+	pt.client.Store(&tls.Config{MinVersion: tls.VersionTLS12, GetClientCertificate: pt.Certs.GetClientCertificate, RootCAs: ca})
+}
+
+// Prepare reads t's files (a reload's cluster.tls) without installing
+// them: install makes them current, so a reload installs them only
+// once the rest of the configuration was applied.
+func (pt *PeerTLS) Prepare(t *config.PeerTLS) (install func(), err error) {
+	cert, ca, err := loadPeerTLS(t)
+	if err != nil {
+		return nil, err
 	}
+	return func() { pt.install(cert, ca) }, nil
+}
+
+// Client is the configuration of connections to peers now.
+func (pt *PeerTLS) Client() *tls.Config { return pt.client.Load() }
+
+// tlsDialer dials addr and completes a TLS handshake within timeout (or
+// the request's remaining time, if shorter), with the configuration conf
+// returns at that dial (a reloadable one; ServerName from addr when it
+// has none). fasthttp sees a plain connection, so requests need no
+// https:// scheme.
+func tlsDialer(addr string, conf func() *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
 	return func(_ string, remaining time.Duration) (net.Conn, error) {
 		d := timeout
 		if remaining > 0 && remaining < d {
@@ -116,12 +149,22 @@ func tlsDialer(addr string, tc *tls.Config, timeout time.Duration) fasthttp.Dial
 		if err != nil {
 			return nil, err
 		}
-		tconn, err := handshake(c, tc, start.Add(d))
+		tconn, err := handshake(c, withServerName(conf(), addr), start.Add(d))
 		if err != nil {
 			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 		}
 		return tconn, nil
 	}
+}
+
+// withServerName is tc, or a copy naming addr's host when tc names none.
+func withServerName(tc *tls.Config, addr string) *tls.Config {
+	if tc.ServerName != "" {
+		return tc
+	}
+	tc = tc.Clone()
+	tc.ServerName, _, _ = net.SplitHostPort(addr)
+	return tc
 }
 
 // handshake runs the client side of a TLS handshake on c, done by
@@ -135,4 +178,27 @@ func handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error
 	}
 	_ = c.SetDeadline(time.Time{})
 	return tconn, nil
+}
+
+// PreparePeerTLS reads a reload's cluster.tls for a node whose peers
+// already talk TLS (turning it on or off needs a restart, as server.tls
+// does). install makes the new certificate and CA pool those of new
+// handshakes, both ways, and closes the idle connections to peers, so
+// the next requests dial with them instead of reusing sessions made with
+// the old ones.
+func (p *Proxy) PreparePeerTLS(t *config.PeerTLS) (install func(), err error) {
+	c := p.cluster.Load()
+	if c == nil || c.opts.TLS == nil || t == nil {
+		return nil, nil
+	}
+	in, err := c.opts.TLS.Prepare(t)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		in()
+		for _, pc := range c.peers.Load().byID {
+			pc.hc.CloseIdleConnections()
+		}
+	}, nil
 }

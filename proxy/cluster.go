@@ -175,6 +175,15 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		}
 		return float64(c.sync.pending())
 	})
+	p.g.set.NewGauge(`shield_purge_queue_length`, func() float64 {
+		c.qmu.Lock()
+		defer c.qmu.Unlock()
+		n := 0
+		for _, q := range c.queues {
+			n += q.size()
+		}
+		return float64(n)
+	})
 	m.Subscribe(func(v *routing.View) {
 		// Runs synchronously inside Membership.Update: quick, no calls
 		// back into membership.
@@ -229,8 +238,9 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 	p.startUsage(c)
 	p.cluster.Store(c)
 	if c.sync != nil {
-		p.bgWG.Add(1)
+		p.bgWG.Add(2)
 		go p.syncLoop(c)
+		go p.stallWatch(c)
 	}
 	if p.hold != nil {
 		p.bgWG.Add(1)

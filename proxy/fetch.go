@@ -236,7 +236,7 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	// request for one key.
 	if b := p.store.get(nil, key); len(b) > 0 {
 		var e entry
-		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.servable(&e) {
+		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.servable(&e, ctx.Time()) {
 			age := e.age(ctx.Time())
 			if e.classify(age, &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
@@ -267,7 +267,7 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		p.g.waiting.Add(-1)
 		p.g.waitTimeouts.Inc()
 		fl := failure{status: fasthttp.StatusGatewayTimeout, detail: "wait-timeout"}
-		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, cacheStatus{fwd: fwd, collapsed: true, detail: "wait-timeout"})
+		return p.failed(ctx, rte, p.decodeStale(staleCopy, ctx.Time()), fl, cacheStatus{fwd: fwd, collapsed: true, detail: "wait-timeout"})
 	}
 	switch f.kind {
 	case flightShared:
@@ -290,7 +290,7 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		return resCollapsed
 	case flightFailed:
 		fl := failure{status: f.status, detail: f.detail, retryAfter: f.retryAfter}
-		return p.failed(ctx, rte, p.decodeStale(staleCopy), fl, cacheStatus{fwd: fwd, collapsed: true, detail: f.detail})
+		return p.failed(ctx, rte, p.decodeStale(staleCopy, ctx.Time()), fl, cacheStatus{fwd: fwd, collapsed: true, detail: f.detail})
 	default:
 		// Unshareable: fetch on our own, never from the leader's answer.
 		return p.fetch(ctx, rt, rte, sc, nil, staleCopy, "bypass")
@@ -299,12 +299,12 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 
 // decodeStale decodes a kept stale copy, or returns nil; a copy
 // invalidated since it was read is nil too.
-func (p *Proxy) decodeStale(staleCopy []byte) *entry {
+func (p *Proxy) decodeStale(staleCopy []byte, now time.Time) *entry {
 	if staleCopy == nil {
 		return nil
 	}
 	se := new(entry)
-	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse || !p.iv.servable(se) {
+	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse || !p.iv.servable(se, now) {
 		return nil
 	}
 	return se
@@ -313,7 +313,7 @@ func (p *Proxy) decodeStale(staleCopy []byte) *entry {
 // fetch asks the origin on behalf of the cache, answers the client and,
 // when f is set, publishes the result to the flight's waiters.
 func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, f *flight, staleCopy []byte, fwd string) result {
-	se := p.decodeStale(staleCopy)
+	se := p.decodeStale(staleCopy, ctx.Time())
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
@@ -396,7 +396,7 @@ func staleServable(se *entry, now time.Time) bool {
 
 // serveStale answers from a stale copy and says why.
 func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why staleReason) result {
-	if !p.iv.servable(se) {
+	if !p.iv.servable(se, ctx.Time()) {
 		// Invalidated while the fetch was failing: never stand in.
 		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", cacheStatus{fwd: "stale", detail: "invalidated"})
 		return resError
@@ -429,7 +429,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 	if !leader {
 		return
 	}
-	se := p.decodeStale(staleCopy)
+	se := p.decodeStale(staleCopy, ctx.Time())
 	req := fasthttp.AcquireRequest()
 	buildUpstream(req, ctx, true, sc.fromPeer, se)
 	primary, flightKey, urlDigest := bytes.Clone(sc.key), bytes.Clone(key), sc.urlDigest()

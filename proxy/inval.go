@@ -50,6 +50,13 @@ type invalidations struct {
 	// gated is set while this node may be missing purges a peer applied
 	// (purgesync.go): nothing is served from the cache then.
 	gated atomic.Bool
+	// lease, when not 0 (dynamic membership), is the instant (unix ns)
+	// the purge sync's watchdog vouches for the cache until: a request
+	// later than it finds nothing servable. The watchdog renews it every
+	// stallTick; a process stopped or starved past it (SIGSTOP, a paused
+	// VM) may have missed purges pushed meanwhile, and its requests may
+	// run before the watchdog notices and closes the gate (purgesync.go).
+	lease atomic.Int64
 	url   [invalSlots]invalSlot
 	tag   [invalSlots]invalSlot
 }
@@ -131,8 +138,14 @@ func (iv *invalidations) verdict(fetchSeq int64, urlDigest uint64, tags []byte) 
 }
 
 // servable is apply for an entry about to be served from this node's
-// cache: while the node is out of purge sync, nothing is.
-func (iv *invalidations) servable(e *entry) bool {
+// cache at now (the request's time): while the node is out of purge
+// sync, or past its sync lease, nothing is.
+func (iv *invalidations) servable(e *entry, now time.Time) bool {
+	// The lease first: the watchdog closes the gate before it renews
+	// the lease, so a renewed lease read here means a closed gate below.
+	if l := iv.lease.Load(); l != 0 && now.UnixNano() > l {
+		return false
+	}
 	return !iv.gated.Load() && iv.apply(e)
 }
 

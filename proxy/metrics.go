@@ -98,10 +98,13 @@ type globalMetrics struct {
 	notStored        *metrics.Counter
 	overtaken        *metrics.Counter // answers not stored: invalidated or superseded while in flight
 	peerPurgeRetries *metrics.Counter
+	purgesPending    *metrics.Counter // purges answered before every peer acknowledged them
+	purgesDropped    *metrics.Counter // queued purges given up on (the peer syncs them)
 	invalidations    *metrics.Counter
 	streamed         *metrics.Counter // responses too big to store, streamed through
 	purges           *metrics.Counter
 	reloads          *metrics.Counter
+	adminCrossSite   *metrics.Counter // admin requests refused as cross-site
 	reloadFails      *metrics.Counter
 }
 
@@ -119,10 +122,13 @@ func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
 		notStored:        s.NewCounter(`shield_cache_not_stored_total`),
 		overtaken:        s.NewCounter(`shield_cache_overtaken_total`),
 		peerPurgeRetries: s.NewCounter(`shield_peer_purge_retries_total`),
+		purgesPending:    s.NewCounter(`shield_purge_answered_pending_total`),
+		purgesDropped:    s.NewCounter(`shield_purge_queue_dropped_total`),
 		invalidations:    s.NewCounter(`shield_cache_invalidations_total`),
 		streamed:         s.NewCounter(`shield_origin_streamed_responses_total`),
 		purges:           s.NewCounter(`shield_purges_total`),
 		reloads:          s.NewCounter(`shield_config_reloads_total`),
+		adminCrossSite:   s.NewCounter(`shield_admin_cross_site_refused_total`),
 		reloadFails:      s.NewCounter(`shield_config_reload_failures_total`),
 	}
 	s.NewGauge(`shield_coalesced_waiters`, func() float64 { return float64(g.waiting.Load()) })

@@ -257,8 +257,24 @@ func (p *Proxy) adminPurge(ctx *fasthttp.RequestCtx) {
 	}
 	p.g.purges.Inc()
 	p.events.add("purge", res.Kind+" "+res.Target)
-	peers := p.deliver(rec, true)
-	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"purge": res, "peers": peers})
+	d := p.deliver(rec, true)
+	if len(d.Pending) > 0 {
+		p.logger.Info("purge answered before every peer had it: delivering in the background", "purge", res.Kind+" "+res.Target, "pending", d.Pending)
+	}
+	// Durable here (applied and in the purge log) and on the peers of
+	// d.Peers with status 200; the peers of pending get it in the
+	// background (deliver).
+	writeJSON(ctx, fasthttp.StatusOK, purgeAnswer{Purge: res, Peers: d.Peers, Pending: d.Pending})
+}
+
+// purgeAnswer is POST /purge's answer: what the purge did here, each
+// peer that answered in time with its status (200: it has the purge), and
+// the peers that have not acknowledged it yet (they get it in the
+// background; see deliver).
+type purgeAnswer struct {
+	Purge   PurgeResult    `json:"purge"`
+	Peers   map[string]int `json:"peers"`
+	Pending []string       `json:"pending"`
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {

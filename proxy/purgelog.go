@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -193,48 +194,149 @@ func newPurge(args url.Values) purgeRecord {
 type peerQueue struct {
 	mu      sync.Mutex
 	pending []purgeRecord
+	late    int // direct attempts still unanswered after purgeAnswerWait
 	wake    chan struct{}
 }
 
-// deliver sends r to every other current peer. With wait it first tries
-// each peer once, in parallel, and returns their statuses (0: not reached);
-// a peer that did not acknowledge gets r through its queue, retried.
-func (p *Proxy) deliver(r purgeRecord, wait bool) map[string]int {
+// size is how many purges wait for the peer.
+func (q *peerQueue) size() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending)
+}
+
+// behind: purges wait in the queue, or a direct attempt has gone
+// unanswered past purgeAnswerWait — the peer is not answering promptly.
+func (q *peerQueue) behind() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending) > 0 || q.late > 0
+}
+
+// attempt is one direct delivery: late once deliver stopped waiting for
+// it (counted in the queue's late until it ends), done once it ended.
+type attempt struct {
+	late, done bool // guarded by the queue's mu
+}
+
+// markLate counts an attempt deliver gave up waiting for, unless it ended.
+func (q *peerQueue) markLate(a *attempt) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !a.done {
+		a.late = true
+		q.late++
+	}
+}
+
+// ended closes an attempt.
+func (q *peerQueue) ended(a *attempt) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a.done = true
+	if a.late {
+		q.late--
+	}
+}
+
+// purgeAnswerWait bounds how long a purge's answer (the admin client's
+// POST /purge, the unsafe request whose invalidation it is, a relaying
+// peer's acknowledgement) waits for peers to acknowledge it. A peer that
+// is up answers a purge in about a millisecond (it is O(1) on its side),
+// one that is down fails within the 250ms dial bound, so 500ms leaves a
+// loaded peer (GC, a busy core) ample room while a hung one (stopped
+// process, full accept queue: until now the 5s request timeout) no
+// longer holds the client: the purge is durable in this node's purge log
+// already and reaches that peer in the background — through its queue,
+// and its purge sync pulls it from the log when it answers again.
+const purgeAnswerWait = 500 * time.Millisecond
+
+// Delivery is what a purge's answer says of its peers: Peers maps each
+// peer that answered within purgeAnswerWait to its status (200: it has
+// the purge); Pending lists those that have not acknowledged it yet (no
+// answer in time, a failed attempt, or already behind on purges): they
+// get it in the background.
+type Delivery struct {
+	Peers   map[string]int `json:"peers"`
+	Pending []string       `json:"pending"`
+}
+
+// deliver sends r to every other current peer. With wait it tries each
+// peer once, in parallel, and returns what answered within
+// purgeAnswerWait; a peer that did not acknowledge gets r through its
+// queue, retried. A peer that is behind (purges queued, or an attempt
+// unanswered past purgeAnswerWait) gets r through its queue at once, in
+// order, instead of another direct attempt: a hung peer costs one
+// connection at a time, not one per purge, and no answer waits for it.
+func (p *Proxy) deliver(r purgeRecord, wait bool) Delivery {
+	out := Delivery{Peers: map[string]int{}, Pending: []string{}}
 	c := p.cluster.Load()
 	if c == nil {
-		return nil
+		return out
 	}
 	if wait && c.sync != nil && !c.sync.awaitMembership(purgeSendLimit) {
 		p.logger.Warn("purge delivered before the membership source answered: peers learn of it when they sync", "args", r.Args)
 	}
 	v := c.m.View()
 	self := c.m.Self().ID
-	out := map[string]int{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
+	type answer struct {
+		id     string
+		status int
+	}
+	answers := make(chan answer, v.Current.Len())
+	type try struct {
+		q *peerQueue
+		a *attempt
+	}
+	tries := map[string]try{}
 	for _, peer := range v.Current.Peers() {
 		if peer.ID == self {
 			continue
 		}
 		q := p.queueFor(c, peer.ID)
 		pc := c.peers.Load().byID[peer.ID]
-		if !wait || pc == nil {
+		if !wait || pc == nil || q.behind() {
 			q.push(r)
+			out.Pending = append(out.Pending, peer.ID)
 			continue
 		}
-		wg.Add(1)
+		a := &attempt{}
+		tries[peer.ID] = try{q, a}
 		go func() {
-			defer wg.Done()
 			st := sendPurgeRecord(c, pc, peer.Addr, v.Current.Generation(), r)
-			mu.Lock()
-			out[peer.ID] = st
-			mu.Unlock()
+			q.ended(a)
 			if st != fasthttp.StatusOK {
+				p.purgeFailed(peer.ID)
 				q.push(r)
 			}
+			answers <- answer{peer.ID, st} // buffered: never blocks
 		}()
 	}
-	wg.Wait()
+	if len(tries) > 0 {
+		timer := time.NewTimer(purgeAnswerWait)
+		defer timer.Stop()
+	collect:
+		for len(tries) > 0 {
+			select {
+			case a := <-answers:
+				out.Peers[a.id] = a.status
+				delete(tries, a.id)
+				if a.status != fasthttp.StatusOK {
+					out.Pending = append(out.Pending, a.id)
+				}
+			case <-timer.C:
+				break collect
+			}
+		}
+		for id, t := range tries {
+			t.q.markLate(t.a)
+			out.Pending = append(out.Pending, id)
+		}
+	}
+	if len(out.Pending) > 0 {
+		slices.Sort(out.Pending)
+		p.g.purgesPending.Inc()
+	}
 	return out
 }
 
@@ -269,11 +371,28 @@ func (p *Proxy) queueFor(c *cluster, id string) *peerQueue {
 	return q
 }
 
+// purgeGiveUp bounds the retries of a peer's queue with dynamic
+// membership: once the peer has taken nothing for this long, its queue
+// is dropped — every purge in it is in this node's purge log, which the
+// peer's purge sync pulls when it answers again (and a peer that fell
+// out of the view is put out of sync until it has). With static
+// membership there is no sync, so the queue is retried as long as the
+// peer is in the configuration (bounded in size by peerQueueMax).
+const purgeGiveUp = 30 * time.Second
+
+// purgeFailed counts one failed delivery attempt to a peer.
+func (p *Proxy) purgeFailed(peer string) {
+	p.g.set.GetOrCreateCounter(`shield_purge_delivery_failures_total{peer="` + peer + `"}`).Inc()
+}
+
 // sendLoop delivers a peer's queue in order, retrying with backoff, until
-// the proxy closes or the peer leaves the membership.
+// the proxy closes or the peer leaves the membership (or, with dynamic
+// membership, takes nothing for purgeGiveUp).
 func (p *Proxy) sendLoop(c *cluster, id string, q *peerQueue) {
 	defer p.bgWG.Done()
 	backoff := purgeRetryMin
+	var failingSince time.Time // first failure of the current streak
+	failures := 0
 	for {
 		q.mu.Lock()
 		var head *purgeRecord
@@ -300,21 +419,46 @@ func (p *Proxy) sendLoop(c *cluster, id string, q *peerQueue) {
 			// Left the membership: it catches up when it rejoins.
 			c.qmu.Lock()
 			q.mu.Lock()
+			n := len(q.pending)
 			q.pending = nil
 			q.mu.Unlock()
 			delete(c.queues, id)
 			c.qmu.Unlock()
+			if failures > 0 {
+				p.logger.Warn("peer left the membership with purges undelivered: it syncs them when it rejoins", "peer", id, "purges", n)
+			}
 			return
 		}
 		pc := c.peers.Load().byID[id]
 		if pc != nil && sendPurgeRecord(c, pc, addr, v.Current.Generation(), *head) == fasthttp.StatusOK {
 			q.mu.Lock()
 			q.pending = q.pending[1:]
+			n := len(q.pending)
 			q.mu.Unlock()
-			backoff = purgeRetryMin
+			if failures > 0 {
+				p.logger.Info("purge delivery to peer resumed", "peer", id, "failed_attempts", failures, "for", time.Since(failingSince).Round(time.Millisecond).String(), "still_queued", n)
+			}
+			backoff, failures = purgeRetryMin, 0
 			continue
 		}
 		p.g.peerPurgeRetries.Inc()
+		p.purgeFailed(id)
+		if failures == 0 {
+			failingSince = time.Now()
+			p.logger.Warn("purge delivery to peer failed: retrying in the background", "peer", id, "queued", q.size())
+		}
+		failures++
+		if c.sync != nil && time.Since(failingSince) > purgeGiveUp {
+			q.mu.Lock()
+			n := len(q.pending)
+			q.pending = q.pending[:0]
+			q.mu.Unlock()
+			p.g.purgesDropped.Add(n)
+			p.logger.Warn("peer took no purge for too long: its queue is dropped, its purge sync pulls them from this node's log",
+				"peer", id, "purges", n, "failed_attempts", failures, "for", purgeGiveUp.String())
+			backoff, failures = purgeRetryMin, 0
+			continue
+		}
 		select {
 		case <-p.bgCtx.Done():
 			return

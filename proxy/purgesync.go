@@ -49,13 +49,25 @@ import (
 //     before it is acknowledged (purgelog.go): together they reach the
 //     nodes the issuer does not know yet;
 //   - a peer from before purge sync (it answers 400) is trusted to push,
-//     as before: a rolling upgrade does not close every cache.
+//     as before: a rolling upgrade does not close every cache;
+//   - a node whose process was stopped or starved (SIGSTOP, a paused VM,
+//     a swap storm) missed the purges pushed meanwhile — its peers gave up
+//     waiting after purgeAnswerWait and deliver them in the background —
+//     and on resuming, its requests run alongside the late deliveries. A
+//     watchdog renews a lease every stallTick (invalidations.lease): a
+//     request later than the lease finds nothing servable, and the
+//     watchdog, seeing the gap, holds the node out of sync until every
+//     reachable peer in its view has answered a sync asked after it.
+//     stallLease is below purgeAnswerWait, so a peer answered as
+//     "pending" by an issuer has stopped serving from its cache by then.
 //
 // Static membership needs none of this: every node knows every peer from
 // the start, and a queued purge is retried until the peer takes it.
 const (
 	syncInterval      = 200 * time.Millisecond
 	syncGatedInterval = 20 * time.Millisecond // while out of sync
+	stallTick         = 100 * time.Millisecond
+	stallLease        = 400 * time.Millisecond // < purgeAnswerWait
 )
 
 // purgeSync is one node's sync state, guarded by mu.
@@ -68,6 +80,7 @@ type purgeSync struct {
 	gate        *atomic.Bool  // the invalidation table's: set while out of sync
 	reachable   func() bool   // the membership source's Reachable
 	est         chan struct{} // closed once established
+	stalledAt   time.Time     // the watchdog's latest stall; zero: none
 }
 
 // peerSync is what this node knows of one peer's purge log.
@@ -78,6 +91,7 @@ type peerSync struct {
 	next     uint64    // position to ask from inside epoch
 	lastOK   time.Time // its last answer with a log (this node's clock)
 	tryingAt time.Time // when this node began trying to sync with it
+	asked    time.Time // start of the latest round it answered (or failed) in
 }
 
 func newPurgeSync(now time.Time, gate *atomic.Bool, reachable func() bool) *purgeSync {
@@ -167,11 +181,51 @@ func (s *purgeSync) pendingLocked() int {
 		n++
 	}
 	for _, ps := range s.peers {
-		if ps.inView && !ps.synced {
+		if ps.inView && (!ps.synced || ps.asked.Before(s.stalledAt)) {
 			n++
 		}
 	}
 	return n
+}
+
+// stalled holds the node out of sync until every peer in the view has
+// been asked again (purges pushed during the stall may be in flight).
+func (s *purgeSync) stalled(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stalledAt = now
+	s.updateLocked()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stallWatch renews the invalidation table's lease every stallTick and
+// reports a gap longer than stallLease (the process did not run) to the
+// purge sync, before renewing: a request after the old lease finds the
+// gate closed instead.
+func (p *Proxy) stallWatch(c *cluster) {
+	defer p.bgWG.Done()
+	t := time.NewTicker(stallTick)
+	defer t.Stop()
+	last := time.Now()
+	p.iv.lease.Store(last.Add(stallLease).UnixNano())
+	for {
+		select {
+		case <-p.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if gap := now.Sub(last); gap > stallLease {
+			c.sync.stalled(now)
+			p.logger.Warn("process did not run: not serving from the cache until every peer's purge log is synced again",
+				"gap", gap.Round(time.Millisecond).String())
+		}
+		last = now
+		p.iv.lease.Store(now.Add(stallLease).UnixNano())
+	}
 }
 
 // synced reports, for the status page, which peers in the view are in
@@ -305,6 +359,10 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 	if ps == nil {
 		return
 	}
+	// Asked after a stall: whatever the outcome (an unreachable peer is
+	// not held against a node, stalled or not), it no longer holds the
+	// node out of sync for the stall.
+	ps.asked = now
 	if answered {
 		ps.epoch, ps.next, ps.lastOK = ans.Epoch, ans.Next, now
 	}

@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"encoding/json"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -281,5 +285,119 @@ func TestPurgeSyncViewShrinks(t *testing.T) {
 	c.setPeers([]*testNode{a}, "a", "b") // c leaves a's view
 	if a.gated() {
 		t.Error("a closed its cache when a peer left its view")
+	}
+}
+
+// TestPurgeAnswerNotHeldByHungPeer: a peer that takes a purge and never
+// answers (its handler blocks) holds the purge's answer purgeAnswerWait
+// at most; the answer names it pending and the other peer as having the
+// purge. While it is behind, later purges do not wait for it at all (they
+// join its queue). Once it answers again it gets them all.
+func TestPurgeAnswerNotHeldByHungPeer(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	setup := clusterSetup{handler: func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if n.id == "c" && string(ctx.Path()) == purgePath {
+				<-release
+			}
+			next(ctx)
+		}
+	}}
+	c := newTestCluster(t, setup, "a", "b", "c")
+	a, cn := c.node("a"), c.node("c")
+	var paths []string
+	for i := range 3 {
+		p := pathWhere(t, "hung"+strconv.Itoa(i), func(p string) bool { return a.owner(t, p) == "c" })
+		cn.get(t, p)
+		if !cn.has(t, p, kindResponse) {
+			t.Fatalf("%s not stored on its owner c", p)
+		}
+		paths = append(paths, p)
+	}
+	for i, p := range paths {
+		start := time.Now()
+		body := a.adminPurge(t, url.Values{"url": {"http://" + testHost + p}})
+		took := time.Since(start)
+		var ans purgeAnswer
+		if err := json.Unmarshal([]byte(body), &ans); err != nil {
+			t.Fatalf("purge answer %q: %v", body, err)
+		}
+		if ans.Peers["b"] != fasthttp.StatusOK || !slices.Equal(ans.Pending, []string{"c"}) {
+			t.Errorf("purge %d answer %s, want b 200 and c pending", i, body)
+		}
+		limit := purgeAnswerWait + 2*time.Second // slack for a loaded machine, far below the 5s peer timeout
+		if i > 0 {
+			limit = purgeAnswerWait // c is behind: not waited for at all
+		}
+		if took > limit {
+			t.Errorf("purge %d answered in %v, want under %v", i, took, limit)
+		}
+	}
+	if !cn.has(t, paths[0], kindResponse) {
+		t.Fatal("c's copy went while its purge handler was blocked: the test did not hold the purge back")
+	}
+	unblock()
+	for _, p := range paths {
+		waitUntil(t, "c got the purge of "+p, func() bool { return !cn.has(t, p, kindResponse) })
+	}
+	waitUntil(t, "a's queue for c drained", func() bool {
+		cl := a.p.cluster.Load()
+		cl.qmu.Lock()
+		defer cl.qmu.Unlock()
+		q := cl.queues["c"]
+		return q == nil || !q.behind()
+	})
+	if got := a.p.g.purgesPending.Get(); got != uint64(len(paths)) {
+		t.Errorf("shield_purge_answered_pending_total %d, want %d", got, len(paths))
+	}
+}
+
+// TestStallClosesCache: a node whose process did not run for a while
+// (the watchdog saw the gap) serves nothing from its cache until every
+// peer has been asked again (b's sync answers are held back meanwhile:
+// an answer, or a failure, after the stall would end it), then serves
+// again.
+func TestStallClosesCache(t *testing.T) {
+	var hold atomic.Pointer[chan struct{}]
+	setup := dynamicSetup
+	setup.handler = func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			if h := hold.Load(); n.id == "b" && string(ctx.Path()) == purgeLogPath && h != nil {
+				<-*h
+			}
+			next(ctx)
+		}
+	}
+	c := newTestCluster(t, setup, "a", "b")
+	a := c.node("a")
+	waitUntil(t, "in sync", func() bool { return !a.gated() })
+	if l := a.p.iv.lease.Load(); l == 0 {
+		t.Fatal("no lease with dynamic membership: the watchdog is not running")
+	}
+	path := pathWhere(t, "stall", func(p string) bool { return a.owner(t, p) == "a" })
+	a.get(t, path)
+	if r := a.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Fatalf("GET via a before the stall: %q, want a hit", r.cacheStatus)
+	}
+	release := make(chan struct{})
+	hold.Store(&release)
+	defer func() {
+		if hold.Swap(nil) != nil {
+			close(release)
+		}
+	}()
+	a.p.cluster.Load().sync.stalled(time.Now())
+	time.Sleep(3 * syncGatedInterval) // rounds run, b answers none
+	if r := a.get(t, path); strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET via a after a stall, b not asked again yet: %q, want no hit", r.cacheStatus)
+	}
+	hold.Store(nil)
+	close(release)
+	waitUntil(t, "in sync again once b answered", func() bool { return !a.gated() })
+	if r := a.get(t, path); !strings.Contains(r.cacheStatus, "hit") {
+		t.Errorf("GET via a once resynced: %q, want a hit", r.cacheStatus)
 	}
 }

@@ -328,7 +328,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 	// soft-purged: stale from the purge on (inval.go). Out of purge sync
 	// nothing is served (servable), except to a reader that checks the
 	// entry against its own invalidations (a read-through).
-	if !p.iv.servable(e) && !(sc.checked && p.iv.apply(e)) {
+	if !p.iv.servable(e, ctx.Time()) && !(sc.checked && p.iv.apply(e)) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}

@@ -4,9 +4,11 @@
 // state at request time.
 //
 // The page is server-rendered with html/template (every value escaped),
-// has no external assets and no JavaScript, and refreshes itself with
-// <meta http-equiv=refresh>, so it works from a terminal browser or an
-// SSH tunnel as well as from a desktop.
+// has no JavaScript and no inline style — its one stylesheet is served by
+// the same listener (CSS, /status.css), so the admin listener's
+// Content-Security-Policy (default-src 'self') lets it render — and
+// refreshes itself with <meta http-equiv=refresh>, so it works from a
+// terminal browser or an SSH tunnel as well as from a desktop.
 package statuspage
 
 import (
@@ -144,8 +146,19 @@ type Cache struct {
 	MaxBytes uint64 `json:"max_bytes"`
 }
 
-//go:embed status.html
+//go:embed status.html status.css
 var files embed.FS
+
+// CSS is the page's stylesheet, served as /status.css.
+var CSS = mustRead("status.css")
+
+func mustRead(name string) []byte {
+	b, err := files.ReadFile(name)
+	if err != nil {
+		panic(err) // embedded at build time: cannot happen
+	}
+	return b
+}
 
 var page = template.Must(template.New("status.html").Funcs(template.FuncMap{
 	"pct": func(f float64) string {

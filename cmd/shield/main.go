@@ -208,13 +208,14 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 }
 
 // reloadFile validates the file and swaps it in; a bad file changes
-// nothing. The public listener's certificate is re-read (server.tls:
-// turning TLS on or off needs a restart, as do listener addresses, cache
-// size/path and the cluster block).
+// nothing. The public listener's certificate is re-read (server.tls), and
+// so are the peers' certificate and CA pool (cluster.tls): turning TLS on
+// or off needs a restart, as do listener addresses, cache size/path and
+// the rest of the cluster block.
 //
-// All or nothing: the new certificate is read first but installed only
+// All or nothing: the new certificates are read first but installed only
 // once the configuration has been applied, so a rejected file leaves the
-// old certificate too. running is set to the applied configuration.
+// old certificates too. running is set to the applied configuration.
 func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, running *atomic.Pointer[config.Config], logger *slog.Logger) error {
 	cfg, err := config.Load(path)
 	var cert *tls.Certificate
@@ -222,6 +223,10 @@ func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, running 
 		if t := cfg.Server.TLS; t != nil {
 			cert, err = proxy.LoadCertificate(t.CertFile, t.KeyFile)
 		}
+	}
+	var installPeerTLS func()
+	if err == nil && cfg.Cluster != nil {
+		installPeerTLS, err = p.PreparePeerTLS(cfg.Cluster.TLS)
 	}
 	if err == nil {
 		err = p.Apply(cfg)
@@ -232,6 +237,9 @@ func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, running 
 	}
 	if cert != nil {
 		certs.Set(cert)
+	}
+	if installPeerTLS != nil {
+		installPeerTLS()
 	}
 	running.Store(cfg)
 	logger.Info("configuration reloaded", "path", path)
