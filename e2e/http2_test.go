@@ -74,9 +74,9 @@ func (h *h2Env) client() *http.Client {
 	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
 }
 
-// curlAnswer is one answer curl printed with -i: interim heads and the
+// h2CurlAnswer is one answer curl printed with -i: interim heads and the
 // final one, lower-cased field names.
-type curlAnswer struct {
+type h2CurlAnswer struct {
 	heads  []string // status lines, "HTTP/2 103", "HTTP/2 200"
 	status int
 	header http.Header // the final head's fields
@@ -87,7 +87,7 @@ type curlAnswer struct {
 // curl runs curl as a user would, with HTTP/2 over TLS (--http2, the
 // test CA) or with prior knowledge (--http2-prior-knowledge); args come
 // before the URL. HTTP/1.1 when http1 is set.
-func (h *h2Env) curl(path string, http1 bool, args ...string) curlAnswer {
+func (h *h2Env) curl(path string, http1 bool, args ...string) h2CurlAnswer {
 	h.t.Helper()
 	cmd := []string{"-sS", "-i", "--max-time", "10"}
 	switch {
@@ -106,12 +106,12 @@ func (h *h2Env) curl(path string, http1 bool, args ...string) curlAnswer {
 	if err != nil {
 		h.t.Fatalf("curl %.300s: %v\n%.2000s", strings.Join(cmd, " "), err, out)
 	}
-	return parseCurl(h.t, string(out))
+	return parseH2Curl(h.t, string(out))
 }
 
-func parseCurl(t *testing.T, out string) curlAnswer {
+func parseH2Curl(t *testing.T, out string) h2CurlAnswer {
 	t.Helper()
-	var a curlAnswer
+	var a h2CurlAnswer
 	rest := out
 	for {
 		head, after, ok := strings.Cut(rest, "\r\n\r\n")
