@@ -11,6 +11,9 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # staticcheck, pinned, built once per machine beside the Consul agent.
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/staticcheck-$(STATICCHECK_VERSION)
+# h2spec (HTTP/2 conformance, for e2e TestH2Spec), pinned with its
+# dependencies by the tools module tools/h2spec, built once per machine.
+H2SPEC := $(CACHE)/h2spec-v2.2.1
 # testreport turns `go test -json` into go test's usual output plus a
 # count of skipped tests; under CI=true any skip fails (internal/testreport).
 TESTREPORT := $(BIN)/testreport
@@ -22,7 +25,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/deploy$$')
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all build run test test-unit test-e2e bench fuzz fuzz-short vet fmt-check tidy-check staticcheck consul clean
+.PHONY: all build run test test-unit test-e2e bench fuzz fuzz-short vet fmt-check tidy-check staticcheck consul h2spec clean
 
 all: build
 
@@ -58,6 +61,13 @@ $(STATICCHECK):
 	GOBIN=$(CACHE)/staticcheck-build $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(CACHE)/staticcheck-build/staticcheck $@
 
+h2spec: $(H2SPEC)
+
+$(H2SPEC): tools/h2spec/go.mod tools/h2spec/go.sum
+	mkdir -p $(CACHE)
+	cd tools/h2spec && $(GO) build -trimpath -o $@.tmp github.com/summerwind/h2spec/cmd/h2spec
+	mv $@.tmp $@
+
 $(TESTREPORT): $(wildcard internal/testreport/*.go)
 	$(GO) build -o $@ ./internal/testreport
 
@@ -66,8 +76,8 @@ test-unit: consul $(TESTREPORT)
 	# allocation tests are excluded under -race; run them without it
 	$(GO) test -json -count=1 -run 'Allocs' $(UNIT_PKGS) | $(TESTREPORT) -label allocs
 
-test-e2e: build consul $(TESTREPORT)
-	CONSUL_BIN=$(CONSUL) $(GO) test -json -count=1 -timeout 20m ./deploy/ ./e2e/ | $(TESTREPORT) -label e2e
+test-e2e: build consul h2spec $(TESTREPORT)
+	CONSUL_BIN=$(CONSUL) H2SPEC_BIN=$(H2SPEC) $(GO) test -json -count=1 -timeout 20m ./deploy/ ./e2e/ | $(TESTREPORT) -label e2e
 
 ## fuzz-short: every fuzz target for a few seconds (part of make test).
 fuzz-short:

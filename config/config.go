@@ -228,6 +228,14 @@ type Server struct {
 	// certificate is re-read on SIGHUP and POST /reload; connections in
 	// progress keep theirs.
 	TLS *ListenerTLS `yaml:"tls"`
+	// HTTP2 offers h2 besides http/1.1 in the TLS handshake (ALPN).
+	// Default true; without tls it changes nothing (see H2C).
+	HTTP2 bool `yaml:"http2"`
+	// H2C also accepts cleartext HTTP/2 with prior knowledge on a plain
+	// listener, for edges on a trusted network. Default false.
+	H2C bool `yaml:"h2c"`
+	// HTTP2Limits bounds each HTTP/2 connection (config/http2.go).
+	HTTP2Limits HTTP2Limits `yaml:"http2_limits"`
 }
 
 // ListenerTLS is the public listener's certificate.

@@ -63,6 +63,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 	setDefault(&s.MaxHeaderSize, has("server.max_header_size"), defaultMaxHeaderSize)
 	setDefault(&s.MaxBodySize, has("server.max_body_size"), defaultMaxBodySize)
 	setDefault(&s.DrainTimeout, has("server.drain_timeout"), defaultDrainTimeout)
+	applyHTTP2Defaults(s, has)
 	if s.TLS != nil {
 		setDefault(&s.TLS.MinVersion, has("server.tls.min_version"), defaultTLSMinVersion)
 	}

@@ -68,6 +68,7 @@ func (d *decoder) validate(c *Config) {
 		d.oneOf("server.tls.min_version", t.MinVersion, "1.2", "1.3")
 		d.keyPair("server.tls", t.CertFile, t.KeyFile, true)
 	}
+	d.validateHTTP2(&c.Server)
 
 	d.validateCache(&c.Cache)
 	d.validateOrigins(c.Origins)

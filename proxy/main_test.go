@@ -18,11 +18,14 @@ import (
 //     after the last dial;
 //   - (*Client).mCleaner likewise drops idle host clients of the
 //     end-to-end benchmark's fasthttp.Client.
+//   - (*workerPool).Start.func2 is a stopped server's worker cleaner,
+//     which notices the stop only when it wakes (every 10s).
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 	)
 }

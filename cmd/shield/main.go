@@ -130,18 +130,19 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		node = cfg.Cluster.NodeID
 	}
 	p.SetNodeInfo(node, buildVersion())
-	pub := p.PublicServer(cfg.Server, logger)
+	pub := p.NewPublic(cfg.Server, logger)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	var tc *tls.Config
 	if certs != nil {
 		// The certificate is read per handshake from certs, which a
 		// reload replaces: established connections are untouched.
-		ln = tls.NewListener(ln, proxy.PublicTLS(cfg.Server.TLS, certs))
+		tc = proxy.PublicTLS(cfg.Server.TLS, certs)
 	}
 	errc := make(chan error, 2)
-	go func() { errc <- pub.Serve(ln) }()
+	go func() { errc <- pub.Serve(ln, tc) }()
 
 	var admin *fasthttp.Server
 	if cfg.Admin.Listen != "off" {

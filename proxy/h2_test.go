@@ -1,0 +1,216 @@
+package proxy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	neturl "net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
+)
+
+// TestReadPreface: a connection is HTTP/2 only when it opens with the
+// whole preface, however it is split; an HTTP/1 request is told apart at
+// its first byte, and every byte read is kept for the server that gets
+// the connection.
+func TestReadPreface(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		h2     bool
+	}{
+		{"http/1.1", []string{"GET / HTTP/1.1\r\nHost: a\r\n\r\n"}, false},
+		{"short http/1.1", []string{"GET / HTTP/1.0\r\n\r\n"}, false},
+		{"preface and frames", []string{h2Preface + "\x00\x00\x00\x04\x00\x00\x00\x00\x00"}, true},
+		{"preface byte by byte", strings.Split(h2Preface, ""), true},
+		{"PRI method, not the preface", []string{"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"}, false},
+		{"preface cut short", []string{"PRI * HTTP/2.0\r\n"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, peer := net.Pipe()
+			defer c.Close()
+			go func() {
+				for _, w := range tc.writes {
+					_, _ = peer.Write([]byte(w))
+				}
+				_ = peer.Close()
+			}()
+			seen, h2, _ := readPreface(c)
+			if h2 != tc.h2 {
+				t.Fatalf("h2 = %v, want %v", h2, tc.h2)
+			}
+			rest, _ := io.ReadAll(&replayConn{Conn: c, pending: seen})
+			if got, want := string(rest), strings.Join(tc.writes, ""); got != want {
+				t.Fatalf("replayed %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// h2Echo answers what the handler saw of the request, with an Early
+// Hint first and a hop-by-hop field HTTP/2 must not carry.
+func h2Echo(ctx *fasthttp.RequestCtx) {
+	setDate(&ctx.Response.Header, []byte("Sun, 06 Nov 1994 08:49:37 GMT"))
+	ctx.Response.Header.Add("Link", "</a.css>; rel=preload")
+	_ = ctx.EarlyHints()
+	ctx.Response.Header.Del("Link")
+	ctx.Response.Header.Set("X-Proto", string(ctx.Request.Header.Protocol()))
+	ctx.Response.Header.Set("X-TLS", map[bool]string{true: "yes", false: "no"}[ctx.IsTLS()])
+	ctx.Response.Header.Set("X-Remote", string(appendRemoteIP(nil, ctx)))
+	ctx.Response.Header.Set("X-Host", string(ctx.Host()))
+	ctx.Response.Header.Set("X-Req", string(ctx.Method())+" "+string(ctx.RequestURI())+" "+string(ctx.Request.Header.Peek("X-Test")))
+	ctx.Response.Header.Add("Vary", "A")
+	ctx.Response.Header.Add("Vary", "B")
+	ctx.SetConnectionClose()
+	ctx.SetBody(append([]byte("body:"), ctx.Request.Body()...))
+}
+
+func selfSigned(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "shield"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+}
+
+// TestPublicServesBothProtocols: one listener, HTTP/1.1 and HTTP/2 —
+// over TLS (ALPN) and cleartext (h2c prior knowledge) — every request
+// reaches the same fasthttp handler with its method, target, Host,
+// fields, body, client address and TLS state; HTTP/2 answers carry no
+// hop-by-hop field, no guessed Content-Type, the handler's Date, and the
+// handler's Early Hints as a 103. Shutdown ends both servers.
+func TestPublicServesBothProtocols(t *testing.T) {
+	for _, useTLS := range []bool{false, true} {
+		name := map[bool]string{false: "h2c", true: "tls"}[useTLS]
+		t.Run(name, func(t *testing.T) {
+			s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+				MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, HTTP2: true, H2C: !useTLS,
+				HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
+			pub := &Public{H1: &fasthttp.Server{Handler: h2Echo, NoDefaultContentType: true, NoDefaultDate: true},
+				h2: newH2Server(h2Echo, s, nil), http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tc *tls.Config
+			scheme := "http"
+			if useTLS {
+				tc, scheme = selfSigned(t), "https"
+			}
+			served := make(chan error, 1)
+			go func() { served <- pub.Serve(ln, tc) }()
+			url := scheme + "://" + ln.Addr().String() + "/x?q=1"
+
+			for _, proto := range []string{"HTTP/1.1", "HTTP/2.0"} {
+				var p http.Protocols
+				if proto == "HTTP/1.1" {
+					p.SetHTTP1(true)
+				} else if useTLS {
+					p.SetHTTP2(true)
+				} else {
+					p.SetUnencryptedHTTP2(true)
+				}
+				tr := &http.Transport{Protocols: &p, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // test certificate
+				var interim []string
+				trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+					interim = append(interim, h.Get("Link"))
+					return nil
+				}}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, url, strings.NewReader("hello"))
+				req.Header.Set("X-Test", "v")
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("%s: %v", proto, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				tr.CloseIdleConnections()
+				h := resp.Header
+				if resp.Proto != proto || string(body) != "body:hello" || h.Get("X-Proto") != "HTTP/1.1" ||
+					h.Get("X-TLS") != map[bool]string{true: "yes", false: "no"}[useTLS] || h.Get("X-Remote") != "127.0.0.1" ||
+					h.Get("X-Host") != ln.Addr().String() || h.Get("X-Req") != "POST /x?q=1 v" || h.Get("Date") != "Sun, 06 Nov 1994 08:49:37 GMT" {
+					t.Errorf("%s: %s %q %v", proto, resp.Proto, body, h)
+				}
+				if proto == "HTTP/2.0" {
+					if _, ok := h["Connection"]; ok || h.Get("Content-Type") != "" || h.Get("Content-Length") != "10" {
+						t.Errorf("HTTP/2 answer fields: %v; want no Connection, no Content-Type, Content-Length 10", h)
+					}
+					if v := h.Values("Vary"); len(v) != 2 || v[0] != "A" || v[1] != "B" {
+						t.Errorf("HTTP/2 Vary fields: %q, want both, in order", v)
+					}
+					if len(interim) != 1 || interim[0] != "</a.css>; rel=preload" {
+						t.Errorf("HTTP/2 interim answers: %q, want one 103 with the Link", interim)
+					}
+				}
+			}
+
+			var p http.Protocols
+			if useTLS {
+				p.SetHTTP2(true)
+			} else {
+				p.SetUnencryptedHTTP2(true)
+			}
+			tr := &http.Transport{Protocols: &p, TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // test certificate
+			// OPTIONS * reaches the handler (shield answers it 400), not
+			// net/http's built-in answer.
+			opts, err := tr.RoundTrip(&http.Request{Method: http.MethodOptions, URL: &neturl.URL{Scheme: scheme, Host: ln.Addr().String(), Opaque: "*"}, Header: http.Header{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = opts.Body.Close()
+			if got := opts.Header.Get("X-Req"); got != "OPTIONS * " {
+				t.Errorf("OPTIONS * over HTTP/2: handler saw %q, want it to reach the handler", got)
+			}
+			// A body over max_body_size is refused over HTTP/2 too.
+			resp, err := tr.RoundTrip(must(http.NewRequest(http.MethodPost, url, strings.NewReader(strings.Repeat("x", 2<<10)))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			tr.CloseIdleConnections()
+			if resp.StatusCode != 413 {
+				t.Errorf("2KiB body over HTTP/2 with max_body_size 1KiB: %d, want 413", resp.StatusCode)
+			}
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := pub.ShutdownWithContext(ctx); err != nil {
+				t.Fatalf("shutdown: %v", err)
+			}
+			select {
+			case <-served:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Serve did not return after Shutdown")
+			}
+		})
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
