@@ -359,6 +359,12 @@ type Breaker struct {
 	// TripOn429 counts origin 429 answers as failures. Default false: a
 	// 429 is usually about one client, not the origin's health.
 	TripOn429 bool `yaml:"trip_on_429"`
+	// FailureStatuses are the origin answer statuses the breaker (and
+	// passive server ejection) count as failures, besides connection
+	// errors and timeouts. Default [502, 503, 504]: an application's 500
+	// on one path is not the origin's health. Codes in 100–599; [] counts
+	// none.
+	FailureStatuses []int `yaml:"failure_statuses"`
 }
 
 // Route maps requests to an origin and a cache policy.

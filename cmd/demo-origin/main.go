@@ -41,7 +41,7 @@
 //
 //	GET  /__origin/stats               counters, in-flight gauge and fault mode
 //	POST /__origin/reset               zero the counters
-//	POST /__origin/fault?mode=M        ok | error | hang | reset | slow | throttle | garbage | huge
+//	POST /__origin/fault?mode=M        ok | error (500) | unavailable (503) | hang | reset | slow | throttle | garbage | huge
 //	POST /__origin/fault?mode=M&prefix=/p/
 //	                                   the same, only for paths starting with /p/ (the
 //	                                   longest such prefix wins over the global mode;
