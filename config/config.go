@@ -339,6 +339,10 @@ type Origin struct {
 	// SlowStart: after the breaker closes, the concurrency budget ramps
 	// from 10% to 100% over this long. Default 30s; 0 disables.
 	SlowStart time.Duration `yaml:"slow_start"`
+	// MaxEarlyHints bounds the 103 Early Hints relayed to a client per
+	// answer; later ones, and every other 1xx, are read and dropped.
+	// Default 3; 0 relays none; at most 100.
+	MaxEarlyHints int `yaml:"max_early_hints"`
 	// Breaker is the origin's circuit breaker.
 	Breaker Breaker `yaml:"breaker"`
 }

@@ -110,7 +110,7 @@ func TestFullConfig(t *testing.T) {
 			MaxWaiters: 64, WaitTimeout: 3 * time.Second}},
 		{"origins.api", *c.Origins["api"], Origin{Servers: []string{"10.0.0.1:8080", "10.0.0.2:8080"}, Timeout: 2 * time.Second,
 			ConnectTimeout: 250 * time.Millisecond, MaxConcurrency: 100, MaxResponseHeaderSize: 32 * KiB, SlowStart: 30 * time.Second, IdleTimeout: 4 * time.Second,
-			Breaker: Breaker{FailureStatuses: []int{502, 503, 504}}}},
+			MaxEarlyHints: 3, Breaker: Breaker{FailureStatuses: []int{502, 503, 504}}}},
 		{"routes[0].hosts lower-cased", c.Routes[0].Hosts, []string{"api.example.com", "api.example.net"}},
 		{"routes[0].cache", c.Routes[0].Cache, RouteCache{DefaultTTL: 30 * time.Second, IgnoreQuery: []string{"utm_source"},
 			KeyHeaders: []string{"Accept-Language"}, StaleWhileRevalidate: 10 * time.Second, StaleIfError: 5 * time.Minute,

@@ -29,6 +29,7 @@ type origin struct {
 	// health, the breaker's failure statuses (an application's 500 on one
 	// path ejects no server either).
 	failStatus breaker.StatusSet
+	maxHints   int // 103 Early Hints relayed per answer (max_early_hints)
 	*originState
 }
 

@@ -197,7 +197,8 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		}
 		states[name] = st
 		o := &origin{name: name, servers: st.servers, timeout: oc.Timeout, originState: st,
-			failStatus: breaker.NewStatusSet(breakerSettings(oc.Breaker).WithDefaults().FailureStatuses)}
+			failStatus: breaker.NewStatusSet(breakerSettings(oc.Breaker).WithDefaults().FailureStatuses),
+			maxHints:   oc.MaxEarlyHints}
 		if oc.HostHeader != "" {
 			o.hostHeader = []byte(oc.HostHeader)
 		}
