@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -293,4 +294,53 @@ func FuzzInterimWatch(f *testing.F) {
 			rest = rest[end:]
 		}
 	})
+}
+
+// TestTrackedConnInterim: through the connection wrapper, a reader with
+// a small buffer gets the final answer alone, whatever the writes'
+// split; a connection that ends inside an interim head hands on what it
+// has, then the error; the next request's answer is watched afresh.
+func TestTrackedConnInterim(t *testing.T) {
+	const final = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	hint := "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+	read := func(stream string, chunk, buf int) (string, error) {
+		client, server := net.Pipe()
+		defer client.Close()
+		go func() {
+			req := make([]byte, 64)
+			if _, err := server.Read(req); err != nil { // net.Pipe: the request write waits for this
+				return
+			}
+			for i := 0; i < len(stream); i += chunk {
+				if _, err := server.Write([]byte(stream[i:min(i+chunk, len(stream))])); err != nil {
+					return
+				}
+			}
+			server.Close()
+		}()
+		tc := newTrackedConn(client)
+		if _, err := tc.Write([]byte("GET / HTTP/1.1\r\nHost: o\r\n\r\n")); err != nil {
+			return "", err
+		}
+		var got []byte
+		b := make([]byte, buf)
+		for {
+			n, err := tc.Read(b)
+			got = append(got, b[:n]...)
+			if err != nil {
+				return string(got), err
+			}
+		}
+	}
+	for _, chunk := range []int{1, 5, 40, 4096} {
+		for _, buf := range []int{1, 7, 4096} {
+			got, err := read(strings.Repeat(hint, 300)+"HTTP/1.1 102 x\r\n\r\n"+final, chunk, buf)
+			if got != final || !errors.Is(err, io.EOF) {
+				t.Errorf("writes of %d, reads of %d: %q, %v; want the final answer, then EOF", chunk, buf, got, err)
+			}
+		}
+	}
+	if got, err := read(hint+"HTTP/1.1 103 x\r\nLin", 7, 16); got != "HTTP/1.1 103 x\r\nLin" || !errors.Is(err, io.EOF) {
+		t.Errorf("ended inside an interim head: %q, %v; want its bytes, then EOF", got, err)
+	}
 }
