@@ -245,7 +245,18 @@ func TestOneEndpointFailing(t *testing.T) {
 				}
 				return &good
 			})
-			time.Sleep(20 * time.Second)
+			// 20s, and on until the healthy endpoints have 1000 answers
+			// (a loaded machine at 90% failing share), for at most 1m.
+			start := time.Now()
+			for {
+				good.mu.Lock()
+				n := good.total
+				good.mu.Unlock()
+				if el := time.Since(start); el >= time.Minute || (el >= 20*time.Second && n >= 1000) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			close(stop)
 			wg.Wait()
 			opens := metricSum(t, e.cfg.Admin, "shield_breaker_transitions_total", map[string]string{"to": "open"})
