@@ -12,7 +12,8 @@ import (
 type Breaker struct {
 	name             string
 	openFor          time.Duration
-	tooManyIsFailure bool // Settings.TooManyRequestsIsFailure
+	tooManyIsFailure bool      // Settings.TooManyRequestsIsFailure
+	failStatus       StatusSet // Settings.FailureStatuses
 	onChange         func(name string, from, to State)
 	cb               *gobreaker.TwoStepCircuitBreaker[struct{}]
 
@@ -51,6 +52,7 @@ func New(name string, s Settings, onChange func(name string, from, to State)) *B
 		name:             name,
 		openFor:          s.OpenFor,
 		tooManyIsFailure: s.TooManyRequestsIsFailure,
+		failStatus:       NewStatusSet(s.FailureStatuses),
 		onChange:         onChange,
 		epoch:            time.Now(),
 	}
@@ -206,10 +208,11 @@ func (b *Breaker) Stats() Stats {
 }
 
 // Classify maps a fetch result to an Outcome like the package [Classify],
-// except that a 429 is a Failure when the breaker's settings say so.
+// with the breaker's own failure statuses, and a 429 a Failure when the
+// settings say so.
 func (b *Breaker) Classify(status int, err error) Outcome {
 	if err == nil && status == statusTooManyRequests && b.tooManyIsFailure {
 		return Failure
 	}
-	return Classify(status, err)
+	return classify(status, err, &b.failStatus)
 }

@@ -311,30 +311,43 @@ func TestZeroCallDone(t *testing.T) {
 	})
 }
 
+// TestClassify: by default an origin's 502, 503 and 504 (and answers
+// that are not HTTP) are failures, an application's 500 is not — one path
+// answering 500 to everything must not open the breaker for the origin;
+// failure_statuses replaces the list (here [500], and [] for none).
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		status int
 		err    error
 		want   Outcome
 		strict Outcome // with TooManyRequestsIsFailure
+		only   Outcome // with FailureStatuses [500]
+		none   Outcome // with FailureStatuses []
 	}{
-		{200, nil, Success, Success},
-		{304, nil, Success, Success},
-		{404, nil, Success, Success},
-		{429, nil, Ignored, Failure},
-		{499, nil, Success, Success},
-		{500, nil, Failure, Failure},
-		{503, nil, Failure, Failure},
-		{0, nil, Failure, Failure},
-		{200, errTest("boom"), Failure, Failure},
-		{429, errTest("boom"), Failure, Failure},
-		{0, fmt.Errorf("fetch: %w", contextCanceled), Ignored, Ignored},
-		{0, deadlineErr, Failure, Failure},
-		{0, refused, Failure, Failure},
+		{200, nil, Success, Success, Success, Success},
+		{304, nil, Success, Success, Success, Success},
+		{404, nil, Success, Success, Success, Success},
+		{429, nil, Ignored, Failure, Ignored, Ignored},
+		{499, nil, Success, Success, Success, Success},
+		{500, nil, Success, Success, Failure, Success},
+		{501, nil, Success, Success, Success, Success},
+		{502, nil, Failure, Failure, Success, Success},
+		{503, nil, Failure, Failure, Success, Success},
+		{504, nil, Failure, Failure, Success, Success},
+		{599, nil, Success, Success, Success, Success},
+		{600, nil, Failure, Failure, Failure, Failure},
+		{0, nil, Failure, Failure, Failure, Failure},
+		{200, errTest("boom"), Failure, Failure, Failure, Failure},
+		{429, errTest("boom"), Failure, Failure, Failure, Failure},
+		{0, fmt.Errorf("fetch: %w", contextCanceled), Ignored, Ignored, Ignored, Ignored},
+		{0, deadlineErr, Failure, Failure, Failure, Failure},
+		{0, refused, Failure, Failure, Failure, Failure},
 	}
 	synctest.Test(t, func(t *testing.T) {
 		strict := New("o", Settings{TooManyRequestsIsFailure: true}, nil)
 		lax := New("o", Settings{}, nil)
+		only := New("o", Settings{FailureStatuses: []int{500}}, nil)
+		none := New("o", Settings{FailureStatuses: []int{}}, nil)
 		for _, tt := range tests {
 			if got := Classify(tt.status, tt.err); got != tt.want {
 				t.Errorf("Classify(%d, %v) = %v, want %v", tt.status, tt.err, got, tt.want)
@@ -344,6 +357,12 @@ func TestClassify(t *testing.T) {
 			}
 			if got := strict.Classify(tt.status, tt.err); got != tt.strict {
 				t.Errorf("strict Breaker.Classify(%d, %v) = %v, want %v", tt.status, tt.err, got, tt.strict)
+			}
+			if got := only.Classify(tt.status, tt.err); got != tt.only {
+				t.Errorf("[500] Breaker.Classify(%d, %v) = %v, want %v", tt.status, tt.err, got, tt.only)
+			}
+			if got := none.Classify(tt.status, tt.err); got != tt.none {
+				t.Errorf("[] Breaker.Classify(%d, %v) = %v, want %v", tt.status, tt.err, got, tt.none)
 			}
 		}
 	})

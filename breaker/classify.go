@@ -12,7 +12,8 @@ import (
 const statusTooManyRequests = 429
 
 // Classify maps an origin fetch result to an Outcome with the default
-// settings (429 ignored; see [Breaker.Classify] for the per-origin form).
+// settings ([DefaultFailureStatuses], 429 ignored; see [Breaker.Classify]
+// for the per-origin form).
 // With an error the status is not looked at:
 //
 //   - context.Canceled (the client or the server went away) → Ignored;
@@ -20,9 +21,16 @@ const statusTooManyRequests = 429
 //     errors we cannot name. Map your own not-the-origin's-fault errors
 //     (fasthttp.ErrNoFreeConns, a spent budget) to Ignored yourself.
 //
-// Without an error: status >= 500 or < 100 (not HTTP) → Failure, 429 →
-// Ignored, anything else → Success (a 404 still proves the origin is up).
+// Without an error: 502, 503, 504, or a status outside 100–599 (not
+// HTTP) → Failure, 429 → Ignored, anything else → Success (a 404 or an
+// application's 500 still proves the origin is up).
 func Classify(status int, err error) Outcome {
+	return classify(status, err, &defaultFailStatus)
+}
+
+var defaultFailStatus = NewStatusSet(DefaultFailureStatuses)
+
+func classify(status int, err error, fail *StatusSet) Outcome {
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return Ignored
@@ -30,7 +38,7 @@ func Classify(status int, err error) Outcome {
 		return Failure
 	}
 	switch {
-	case status >= 500 || status < 100:
+	case status < 100 || status > 599 || fail.Has(status):
 		return Failure
 	case status == statusTooManyRequests:
 		return Ignored

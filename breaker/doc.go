@@ -33,10 +33,17 @@
 //   - [Classify] counts 4xx other than 429 as Success, not Ignored: the origin
 //     answered, which is what Envoy's outlier detection and nginx max_fails
 //     assume too, and it lets a half-open breaker close on routes whose probes
-//     happen to be 404s. Every status >= 500 and every error other than
-//     context.Canceled is a Failure, because an error we cannot name is the
-//     origin's until proven otherwise; callers map their own not-the-origin's
-//     errors to Ignored before reporting.
+//     happen to be 404s. Of the 5xx only the failure statuses count
+//     (Settings.FailureStatuses, default 502, 503, 504: what a down,
+//     overloaded or unreachable origin answers on every path); an
+//     application's 500 is a Success for the same reason as a 404, so one
+//     endpoint failing on every request, however large its share of the
+//     traffic, does not open the breaker for the healthy ones. Every error
+//     other than context.Canceled is a Failure, because an error we cannot
+//     name is the origin's until proven otherwise; callers map their own
+//     not-the-origin's errors to Ignored before reporting. Serving stale
+//     on error (RFC 5861 stale-if-error: 500, 502, 503, 504) is the
+//     caller's separate decision and still covers a 500.
 //   - A HalfOpen probe whose outcome is never reported keeps its slot until the
 //     breaker changes state, so [Call.Done] must be called exactly once on every
 //     path (defer it). Done on the zero Call is a no-op, which makes the error

@@ -34,7 +34,7 @@ const windowBuckets = 10
 
 // Settings configure one origin's breaker. The YAML form is
 // `breaker: {consecutive_failures, failure_ratio, min_requests, interval,
-// open_for, half_open_probes, trip_on_429}`. A zero field means its default;
+// open_for, half_open_probes, trip_on_429, failure_statuses}`. A zero field means its default;
 // a negative duration is an error, never a default.
 type Settings struct {
 	// ConsecutiveFailures trips the breaker when that many calls in a row
@@ -62,6 +62,12 @@ type Settings struct {
 	// as a failure. Off by default: a 429 is usually about one client or
 	// tenant, and tripping would cut everybody off.
 	TooManyRequestsIsFailure bool
+	// FailureStatuses are the answer statuses [Breaker.Classify] counts as
+	// failures (besides transport errors, and answers that are not HTTP);
+	// every other status is a Success (the origin answered). nil means
+	// [DefaultFailureStatuses] (502, 503, 504); an empty, non-nil list
+	// counts no status. Codes in [100, 599].
+	FailureStatuses []int
 }
 
 // WithDefaults returns s with every zero field set to its default.
@@ -84,6 +90,9 @@ func (s Settings) WithDefaults() Settings {
 	if s.HalfOpenProbes == 0 {
 		s.HalfOpenProbes = DefaultHalfOpenProbes
 	}
+	if s.FailureStatuses == nil {
+		s.FailureStatuses = DefaultFailureStatuses
+	}
 	return s
 }
 
@@ -103,6 +112,9 @@ func (s Settings) Validate() error {
 	}
 	if s.HalfOpenProbes > MaxHalfOpenProbes {
 		errs = append(errs, fmt.Errorf("breaker: half_open_probes %d: must be at most %d", s.HalfOpenProbes, MaxHalfOpenProbes))
+	}
+	if err := ValidateStatuses(s.FailureStatuses); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +17,14 @@ func TestSettingsWithDefaults(t *testing.T) {
 		Interval:            DefaultInterval,
 		OpenFor:             DefaultOpenFor,
 		HalfOpenProbes:      DefaultHalfOpenProbes,
+		FailureStatuses:     DefaultFailureStatuses,
 	}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Settings{}.WithDefaults() = %+v, want %+v", got, want)
 	}
 	set := Settings{ConsecutiveFailures: 2, FailureRatio: 0.9, MinRequests: 7, Interval: time.Second,
-		OpenFor: time.Minute, HalfOpenProbes: 1, TooManyRequestsIsFailure: true}
-	if got := set.WithDefaults(); got != set {
+		OpenFor: time.Minute, HalfOpenProbes: 1, TooManyRequestsIsFailure: true, FailureStatuses: []int{}}
+	if got := set.WithDefaults(); !reflect.DeepEqual(got, set) {
 		t.Errorf("WithDefaults changed set fields: %+v, want %+v", got, set)
 	}
 }
@@ -44,6 +46,9 @@ func TestSettingsValidate(t *testing.T) {
 		{"open_for tiny", Settings{OpenFor: time.Millisecond}, []string{"open_for"}},
 		{"open_for huge", Settings{OpenFor: MaxOpenFor + 1}, []string{"open_for"}},
 		{"probes", Settings{HalfOpenProbes: MaxHalfOpenProbes + 1}, []string{"half_open_probes"}},
+		{"statuses in range", Settings{FailureStatuses: []int{100, 500, 599}}, nil},
+		{"status 600", Settings{FailureStatuses: []int{502, 600}}, []string{"failure status 600"}},
+		{"status 99", Settings{FailureStatuses: []int{99}}, []string{"failure status 99"}},
 		{"all reported", Settings{FailureRatio: 2, Interval: -1, OpenFor: -1, HalfOpenProbes: 1000},
 			[]string{"failure_ratio", "interval", "open_for", "half_open_probes"}},
 	}

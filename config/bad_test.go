@@ -144,7 +144,7 @@ cache:
   hit_for_miss: -1s
   max_waiters: 0
   wait_timeout: 0s
-origins: {a: {servers: [x:1], max_concurrency: 0, connect_timeout: -1s}}
+origins: {a: {servers: [x:1], max_concurrency: 0, connect_timeout: -1s, max_early_hints: 101}}
 routes: [{name: r, hosts: ["*"], origin: a}]
 `, nil, []want{
 			{3, "server.read_timeout", "must be positive"},
@@ -155,6 +155,7 @@ routes: [{name: r, hosts: ["*"], origin: a}]
 			{9, "cache.wait_timeout", "must be positive"},
 			{10, "origins.a.max_concurrency", "at least 1"},
 			{10, "origins.a.connect_timeout", "must be positive"},
+			{10, "origins.a.max_early_hints", "must be in [0, 100], got 101"},
 		}},
 		{"object size", `listen: :80
 cache:

@@ -347,6 +347,10 @@ type Origin struct {
 	// SlowStart: after the breaker closes, the concurrency budget ramps
 	// from 10% to 100% over this long. Default 30s; 0 disables.
 	SlowStart time.Duration `yaml:"slow_start"`
+	// MaxEarlyHints bounds the 103 Early Hints relayed to a client per
+	// answer; later ones, and every other 1xx, are read and dropped.
+	// Default 3; 0 relays none; at most 100.
+	MaxEarlyHints int `yaml:"max_early_hints"`
 	// Breaker is the origin's circuit breaker.
 	Breaker Breaker `yaml:"breaker"`
 }
@@ -367,6 +371,12 @@ type Breaker struct {
 	// TripOn429 counts origin 429 answers as failures. Default false: a
 	// 429 is usually about one client, not the origin's health.
 	TripOn429 bool `yaml:"trip_on_429"`
+	// FailureStatuses are the origin answer statuses the breaker (and
+	// passive server ejection) count as failures, besides connection
+	// errors and timeouts. Default [502, 503, 504]: an application's 500
+	// on one path is not the origin's health. Codes in 100–599; [] counts
+	// none.
+	FailureStatuses []int `yaml:"failure_statuses"`
 }
 
 // Route maps requests to an origin and a cache policy.

@@ -28,6 +28,7 @@ const (
 	defaultMaxConcurrency        = 256
 	defaultMaxResponseHeaderSize = 64 * KiB
 	defaultOriginIdleTimeout     = 4 * time.Second
+	defaultMaxEarlyHints         = 3
 	defaultHealthInterval        = 5 * time.Second
 	defaultHealthTimeout         = 1 * time.Second
 	defaultHealthy               = 2
@@ -76,6 +77,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 		setDefault(&o.MaxConcurrency, has(p+".max_concurrency"), defaultMaxConcurrency)
 		setDefault(&o.MaxResponseHeaderSize, has(p+".max_response_header_size"), defaultMaxResponseHeaderSize)
 		setDefault(&o.IdleTimeout, has(p+".idle_timeout"), defaultOriginIdleTimeout)
+		setDefault(&o.MaxEarlyHints, has(p+".max_early_hints"), defaultMaxEarlyHints)
 		if hc := o.HealthCheck; hc != nil {
 			hp := p + ".health_check"
 			setDefault(&hc.Interval, has(hp+".interval"), defaultHealthInterval)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +43,21 @@ func TestProtectionParse(t *testing.T) {
 		c.Tenants.Classes["acme"].OriginShare != 0.5 {
 		t.Errorf("tenants = %+v", c.Tenants)
 	}
+	if fs := o.Breaker.FailureStatuses; len(fs) != 3 || fs[0] != 502 || fs[1] != 503 || fs[2] != 504 {
+		t.Errorf("failure_statuses left out = %v, want the default [502 503 504]", fs)
+	}
+	for _, tc := range []struct {
+		yaml string
+		want []int
+	}{{"failure_statuses: [500, 503]", []int{500, 503}}, {"failure_statuses: []", []int{}}, {"failure_statuses: null", []int{502, 503, 504}}} {
+		c, err := Parse("p.yaml", []byte(strings.Replace(protectBase, "trip_on_429: true }", "trip_on_429: true, "+tc.yaml+" }", 1)), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.yaml, err)
+		}
+		if got := c.Origins["api"].Breaker.FailureStatuses; got == nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: failure_statuses %#v, want %v", tc.yaml, got, tc.want)
+		}
+	}
 	if r := c.Routes[0]; r.Tenant != "acme" || !r.Cache.TenantScoped || !r.Cache.StaleOn429 {
 		t.Errorf("route = %+v", r)
 	}
@@ -60,6 +76,9 @@ func TestProtectionErrors(t *testing.T) {
 		{"share above 1", "origin_share: 0.5", "origin_share: 2", "tenants.classes.acme.origin_share", 18},
 		{"no identify", "identify: { header: X-Tenant-ID }", "identify: {}", "tenants.identify", 15},
 		{"reserved class", "    acme:", "    default:", "tenants.classes.default", 18},
+		{"failure status 600", "trip_on_429: true }", "trip_on_429: true, failure_statuses: [500, 600] }", "origins.api.breaker.failure_statuses[1]", 7},
+		{"failure status 99", "trip_on_429: true }", "trip_on_429: true, failure_statuses: [99] }", "origins.api.breaker.failure_statuses[0]", 7},
+		{"failure status not a number", "trip_on_429: true }", "trip_on_429: true, failure_statuses: [bad] }", "origins.api.breaker.failure_statuses", 7},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -336,14 +336,14 @@ func sameValue(v reflect.Value, lit string) bool {
 		if (lit == "[]" || lit == "{}") && v.Len() == 0 {
 			return true
 		}
-		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String &&
+		if k := v.Type().Elem().Kind(); v.Kind() == reflect.Slice && (k == reflect.String || k == reflect.Int) &&
 			strings.HasPrefix(lit, "[") && strings.HasSuffix(lit, "]") {
 			items := strings.Split(lit[1:len(lit)-1], ",")
 			if len(items) != v.Len() {
 				return false
 			}
 			for i, it := range items {
-				if strings.TrimSpace(it) != v.Index(i).String() {
+				if !sameValue(v.Index(i), strings.TrimSpace(it)) {
 					return false
 				}
 			}

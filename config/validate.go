@@ -144,6 +144,9 @@ func (d *decoder) validateOrigins(origins map[string]*Origin) {
 			d.problem(p+".max_concurrency", "must be at least 1, got %d", o.MaxConcurrency)
 		}
 		d.positiveSize(p+".max_response_header_size", o.MaxResponseHeaderSize)
+		if o.MaxEarlyHints < 0 || o.MaxEarlyHints > 100 {
+			d.problem(p+".max_early_hints", "must be in [0, 100], got %d", o.MaxEarlyHints)
+		}
 	}
 }
 

@@ -13,7 +13,14 @@ const defaultSlowStart = 30 * time.Second
 func applyProtectionDefaults(c *Config, has func(string) bool) {
 	setDefault(&c.Log.Access.Sample, has("log.access.sample"), 1)
 	for name, o := range c.Origins {
-		setDefault(&o.SlowStart, has(join("origins", name)+".slow_start"), defaultSlowStart)
+		p := join("origins", name)
+		setDefault(&o.SlowStart, has(p+".slow_start"), defaultSlowStart)
+		setDefault(&o.Breaker.FailureStatuses, has(p+".breaker.failure_statuses"), []int{502, 503, 504})
+		if o.Breaker.FailureStatuses == nil {
+			// Present and empty: count no status. Non-nil, so that the
+			// breaker (where nil means its default) sees the difference.
+			o.Breaker.FailureStatuses = []int{}
+		}
 	}
 }
 
@@ -45,6 +52,11 @@ func (d *decoder) validateProtection(c *Config) {
 		}
 		d.nonNegative(bp+".interval", b.Interval)
 		d.nonNegative(bp+".open_for", b.OpenFor)
+		for i, code := range b.FailureStatuses {
+			if code < 100 || code > 599 {
+				d.problem(fmt.Sprintf("%s.failure_statuses[%d]", bp, i), "must be an HTTP status code in [100, 599], got %d", code)
+			}
+		}
 	}
 	t := c.Tenants
 	classes := map[string]bool{"default": true}

@@ -3,12 +3,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -115,6 +119,71 @@ func TestRangeE2E(t *testing.T) {
 	if r := e.get(u, "Range", "bytes=2000000-"); r.status != 416 || r.header.Get("Content-Range") != "bytes */1048576" {
 		t.Fatalf("unsatisfiable: %d %q", r.status, r.header.Get("Content-Range"))
 	}
+}
+
+// TestInterimResponsesBounded: an origin that sends 300 103 Early Hints
+// (and unsolicited 100, 102, 104) before its 200. curl gets the 200 with
+// its body after max_early_hints (default 3) 103s and no other 1xx — a
+// stored miss, a no-store answer and a bypassed request alike (before,
+// shield relayed all 300 and then answered 502: fasthttp's client gives
+// up after 100 interim answers). An origin streaming megabytes of
+// interim heads gets 502.
+func TestInterimResponsesBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	curl := func(t *testing.T, u string, hdr ...string) (codes []string, body []byte) {
+		t.Helper()
+		dir := t.TempDir()
+		heads, bodyFile := filepath.Join(dir, "heads"), filepath.Join(dir, "body")
+		args := []string{"-sS", "--max-time", "15", "-D", heads, "-o", bodyFile}
+		for _, h := range hdr {
+			args = append(args, "-H", h)
+		}
+		if out, err := exec.Command("curl", append(args, "http://"+e.cfg.Listen+u)...).CombinedOutput(); err != nil {
+			t.Fatalf("curl %s: %v: %s", u, err, out)
+		}
+		raw, err := os.ReadFile(heads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(string(raw), "\n") {
+			if code, ok := strings.CutPrefix(line, "HTTP/1.1 "); ok && len(code) >= 3 {
+				codes = append(codes, code[:3])
+			}
+		}
+		if body, err = os.ReadFile(bodyFile); err != nil {
+			t.Fatal(err)
+		}
+		return codes, body
+	}
+	want := []string{"103", "103", "103", "200"}
+	for _, tc := range []struct {
+		name, path, query string
+		hdr               []string
+	}{
+		{"stored miss", "/flood", "hints=300", nil},
+		{"no-store, other 1xx first", "/flood-mixed", "interim=100,102,104&hints=300&cc=no-store", nil},
+		{"bypass", "/flood-bypass", "hints=300&interim=102", []string{"Cache-Control: no-store"}},
+	} {
+		codes, body := curl(t, tc.path+"?"+tc.query, tc.hdr...)
+		if !slices.Equal(codes, want) {
+			t.Errorf("%s: status lines %v, want %v (3 hints, then the origin's 200)", tc.name, codes, want)
+		}
+		var res resource
+		if err := json.Unmarshal(body, &res); err != nil || res.Path != tc.path {
+			t.Errorf("%s: body %.200q (%v), want the origin's JSON for %s", tc.name, body, err, tc.path)
+		}
+	}
+	e.wantOriginCount("/flood", 1)
+	if codes, _ := curl(t, "/flood?hints=300"); !slices.Equal(codes, []string{"200"}) {
+		t.Errorf("hit: status lines %v, want the 200 alone (interim answers are never replayed)", codes)
+	}
+	// 2,000 heads of 1 KB: past 1 MiB of interim heads the fetch fails.
+	codes, _ := curl(t, "/flood-big?hints=2000&hintpad=1000&cc=no-store")
+	if len(codes) == 0 || codes[len(codes)-1] != "502" || len(codes) > 4 {
+		t.Errorf("2 MB of interim heads: status lines %v, want at most 3 hints, then 502", codes)
+	}
+	e.wantOriginCount("/flood-big", 1) // an origin that answered is not resent the request
 }
 
 // TestEarlyHintsForwarded: RFC 9110 §15.2 — the origin's 103 Early

@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// TestBreakerOpen: with the origin down, uncached keys fail fast until
-// the breaker trips; then they get 503 + Retry-After at once and the
+// TestBreakerOpen: with the origin down (503 on every path, connections
+// reset, or a 500 on every path where failure_statuses lists 500),
+// uncached keys fail fast until the breaker trips; then they get 503 + Retry-After at once and the
 // origin sees nothing but the half-open probes, a cached key is served
 // stale, and once the origin is back a probe closes the breaker.
 func TestBreakerOpen(t *testing.T) {
@@ -25,16 +26,18 @@ func TestBreakerOpen(t *testing.T) {
 	)
 	tests := []struct {
 		name, mode string
-		retried    bool // connection failures may be retried once: up to 2 origin requests per fetch
+		retried    bool   // connection failures may be retried once: up to 2 origin requests per fetch
+		breaker    string // more breaker settings
 	}{
-		{"5xx", "error", false},
-		{"connection reset", "reset", true},
+		{"503", "unavailable", false, ""},
+		{"500 in failure_statuses", "error", false, ", failure_statuses: [500, 502, 503, 504]"},
+		{"connection reset", "reset", true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			e := newProtectEnv(t, protectConfig{
-				Breaker: fmt.Sprintf("consecutive_failures: %d, open_for: %v, half_open_probes: %d", failures, openFor, probes),
+				Breaker: fmt.Sprintf("consecutive_failures: %d, open_for: %v, half_open_probes: %d", failures, openFor, probes) + tt.breaker,
 			})
 			cached := target("/cached", "cc", "max-age=1, stale-if-error=60")
 			wantForwarded(t, "caching a key", e.get(cached))

@@ -3,7 +3,8 @@
 // ejection and selection are unit-tested with a fake clock.
 //
 // Health has two sources:
-//   - passive: consecutive failures (connect errors, timeouts, 5xx) eject a
+//   - passive: consecutive failures (connect errors, timeouts, failure
+//     statuses — the caller's choice, shield's default 502, 503, 504) eject a
 //     server for a period that doubles with each ejection in a row
 //     (Config.EjectFor up to Config.MaxEjectFor); a success after the period
 //     resets it. At most half of the servers (rounded down) are ejected at
@@ -63,9 +64,10 @@ const (
 	// Neutral: says nothing about the server (client gone, pool full,
 	// a stale keep-alive connection retried).
 	Neutral Outcome = iota
-	// Success: the server answered below 500.
+	// Success: the server answered (with a status the caller does not
+	// count as a failure).
 	Success
-	// Failure: connect error, timeout, broken answer or 5xx.
+	// Failure: connect error, timeout, broken answer or a failure status.
 	Failure
 )
 

@@ -328,7 +328,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
-	tok := watchHints(req, ctx)
+	tok := watchHints(req, ctx, rte.origin.maxHints)
 	err := pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
 	endHints(req, tok)
 	outcome := breaker.Success

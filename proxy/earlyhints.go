@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"sync"
 
@@ -10,19 +11,26 @@ import (
 
 // Interim answers (RFC 9110 §15.2): a proxy forwards the 1xx answers it
 // did not ask for. fasthttp's client reads and drops every 1xx before the
-// final answer (Response.ReadLimitBody) and offers no hook, so shield
-// watches the bytes instead, on the connection wrapper every origin and
-// peer connection already has (trackedConn):
+// final answer (Response.ReadLimitBody), fails the request after 100 of
+// them and offers no hook, so shield takes them off the wire itself, in
+// the connection wrapper every origin and peer connection already has
+// (trackedConn):
 //
+//   - until an answer's final status line, the wrapper reads its 1xx heads
+//     and hands fasthttp only the final answer: any number of interim
+//     heads, 100, 102, 103, 104 alike, can never break it. Their bytes
+//     are bounded (maxInterimHead each, maxInterimBytes together): an
+//     origin that streams interim heads past that fails the fetch (502),
+//     as a garbled answer does.
 //   - a fetch made for a client that can take interim answers (HTTP/1.1)
 //     registers a sink and marks its upstream request with
-//     "Shield-Hints: <token>";
-//   - the wrapper finds the mark in the request's first write, takes it
-//     out (neither origin nor peer ever sees it) and, until the final
-//     answer's status line, reads the answer's heads as they pass: each
-//     103 head's Link fields go to the sink, which sends them to the
-//     client as its own 103 (RequestCtx.EarlyHints) before the final
-//     answer. Other 1xx (100, 102) are shield's own business and dropped.
+//     "Shield-Hints: <token>"; the wrapper finds the mark in the
+//     request's first write and takes it out (neither origin nor peer
+//     ever sees it). The Link fields of the first max_early_hints 103
+//     heads go to the sink, which sends them to the client as its own 103
+//     (RequestCtx.EarlyHints) before the final answer; later 103s and
+//     every other 1xx are consumed and dropped — a client needs one set
+//     of hints, and each one relayed is a write to it.
 //
 // The sink runs on the fetching goroutine (fasthttp's Do reads in the
 // caller), while the handler still owns the RequestCtx. Interim answers
@@ -35,18 +43,30 @@ var (
 	hintsMark    = []byte("\r\nShield-Hints: ")
 )
 
-// maxInterimHead bounds the bytes of 1xx heads watched per answer; past
-// it the wrapper stops watching (the hints are lost, nothing else).
-const maxInterimHead = 16 << 10
+// Bounds on the interim heads before one final answer. A 103 with a few
+// Link fields is a few hundred bytes: 300 of them pass; megabytes do not.
+const (
+	maxInterimHead  = 64 << 10 // one head (the default max_response_header_size)
+	maxInterimBytes = 1 << 20  // all of them
+)
+
+// errInterimTooLarge fails a fetch whose interim heads pass the bounds.
+var errInterimTooLarge = errors.New("proxy: origin sent more than 1 MiB of 1xx interim heads, or one above 64 KiB")
+
+// hintSink is a client waiting for hints, and how many it may get.
+type hintSink struct {
+	ctx *fasthttp.RequestCtx
+	max int
+}
 
 // hintSinks holds, by token, the requests whose fetch is in flight and
-// whose client takes interim answers. A map of pointers and a stack
+// whose client takes interim answers. A map of values and a stack
 // buffer for the mark: forwarding a request allocates nothing for this.
 var hintSinks = struct {
 	mu   sync.Mutex
-	m    map[uint64]*fasthttp.RequestCtx
+	m    map[uint64]hintSink
 	next uint64
-}{m: map[uint64]*fasthttp.RequestCtx{}}
+}{m: map[uint64]hintSink{}}
 
 // sendHints sends links to ctx's client as a 103 of its own.
 func sendHints(ctx *fasthttp.RequestCtx, links [][]byte) {
@@ -59,17 +79,18 @@ func sendHints(ctx *fasthttp.RequestCtx, links [][]byte) {
 }
 
 // watchHints marks req, fetched for ctx, so that its connection sends
-// the 103 heads of its answer on to ctx's client; pass the token to
-// endHints once the answer's head has been read. ctx nil, or a client
-// that cannot take interim answers (HTTP/1.0), marks nothing.
-func watchHints(req *fasthttp.Request, ctx *fasthttp.RequestCtx) (token uint64) {
-	if ctx == nil || !ctx.Request.Header.IsHTTP11() {
+// the first max 103 heads of its answer on to ctx's client; pass the
+// token to endHints once the answer's head has been read. ctx nil, max
+// 0, or a client that cannot take interim answers (HTTP/1.0), marks
+// nothing.
+func watchHints(req *fasthttp.Request, ctx *fasthttp.RequestCtx, max int) (token uint64) {
+	if ctx == nil || max <= 0 || !ctx.Request.Header.IsHTTP11() {
 		return 0
 	}
 	hintSinks.mu.Lock()
 	hintSinks.next++
 	token = hintSinks.next
-	hintSinks.m[token] = ctx
+	hintSinks.m[token] = hintSink{ctx: ctx, max: max}
 	hintSinks.mu.Unlock()
 	var buf [16]byte
 	req.Header.SetBytesKV(hShieldHints, strconv.AppendUint(buf[:0], token, 16))
@@ -88,8 +109,8 @@ func endHints(req *fasthttp.Request, token uint64) {
 }
 
 // takeHintsMark removes the mark from a request's first write and returns
-// the bytes to send and the request it names (nil: none).
-func takeHintsMark(b, scratch []byte) (out []byte, sink *fasthttp.RequestCtx) {
+// the bytes to send and the sink it names (zero: none).
+func takeHintsMark(b, scratch []byte) (out []byte, sink hintSink) {
 	// Only the head is searched: the same bytes in a body (which may
 	// share this write) are the client's, and cutting them would make
 	// the body shorter than its Content-Length — a desynchronised
@@ -101,12 +122,12 @@ func takeHintsMark(b, scratch []byte) (out []byte, sink *fasthttp.RequestCtx) {
 	}
 	i := bytes.Index(head, hintsMark)
 	if i < 0 {
-		return b, nil
+		return b, hintSink{}
 	}
 	start := i + len(hintsMark)
 	end := bytes.Index(head[start:], crlf)
 	if end < 0 {
-		return b, nil // not whole in this write: leave it (cannot happen with fasthttp's writer)
+		return b, hintSink{} // not whole in this write: leave it (cannot happen with fasthttp's writer)
 	}
 	if tok, ok := parseHex(b[start : start+end]); ok {
 		hintSinks.mu.Lock()
@@ -138,36 +159,110 @@ func parseHex(b []byte) (uint64, bool) {
 
 var crlf = []byte("\r\n")
 
-// interimWatch reads an answer's 1xx heads as they pass.
+// interimWatch takes an answer's 1xx heads off the bytes read, up to its
+// final status line.
 type interimWatch struct {
-	sink *fasthttp.RequestCtx
-	send func(*fasthttp.RequestCtx, [][]byte) // sendHints; tests record instead
-	head []byte                               // bytes of the head being read, not yet complete
+	sink  hintSink
+	send  func(*fasthttp.RequestCtx, [][]byte) // sendHints; tests record instead
+	sent  int                                  // 103s handed to the sink
+	total int                                  // bytes of interim heads consumed
+	pend  []byte                               // bytes read, not yet consumed nor handed on
+	scan  int                                  // pend[:scan] holds no head end (a dribbled head is scanned once)
 }
 
-// feed takes the next bytes read; false once the final answer's head has
-// begun (nothing more to watch).
-func (w *interimWatch) feed(p []byte) bool {
-	w.head = append(w.head, p...)
+// reset starts watching a new answer for sink, keeping the buffer.
+func (w *interimWatch) reset(sink hintSink) {
+	*w = interimWatch{sink: sink, send: sendHints, pend: w.pend[:0]}
+}
+
+// take is given the next bytes read. Once the final answer's status line
+// has begun it returns final true and out, the bytes from its first one
+// on (p itself when nothing came before it: the common case copies
+// nothing); until then it consumes 1xx heads and returns nothing. An
+// error means the interim heads passed their bounds.
+func (w *interimWatch) take(p []byte) (out []byte, final bool, err error) {
+	if len(w.pend) == 0 && headKind(p) == headFinal {
+		return p, true, nil
+	}
+	w.pend = append(w.pend, p...)
+	// Heads are consumed from the front of rest; pend is compacted once,
+	// when more bytes are needed (shifting it per head would make a read
+	// full of tiny heads cost its length squared).
+	rest := w.pend
 	for {
-		if len(w.head) < len("HTTP/1.1 103") {
-			return len(w.head) < maxInterimHead
+		switch headKind(rest) {
+		case headFinal:
+			return rest, true, nil // pend is not touched again before reset
+		case headShort:
+			w.pend = append(w.pend[:0], rest...)
+			return nil, false, nil
 		}
-		if !bytes.HasPrefix(w.head, []byte("HTTP/1.")) || w.head[9] != '1' || bytes.HasPrefix(w.head[9:], []byte("101")) {
-			return false // the final answer (or not HTTP): stop watching
-		}
-		end := bytes.Index(w.head, []byte("\r\n\r\n"))
+		end := headEnd(rest, w.scan)
 		if end < 0 {
-			return len(w.head) < maxInterimHead
+			if len(rest) > maxInterimHead || w.total+len(rest) > maxInterimBytes {
+				return nil, false, errInterimTooLarge
+			}
+			w.scan = max(0, len(rest)-2)
+			w.pend = append(w.pend[:0], rest...)
+			return nil, false, nil
 		}
-		block := w.head[:end+2]
-		if bytes.HasPrefix(block[len("HTTP/1.1"):], []byte(" 103")) {
-			if links := linkFields(block); len(links) > 0 {
-				w.send(w.sink, links)
+		if end > maxInterimHead || w.total+end > maxInterimBytes {
+			return nil, false, errInterimTooLarge
+		}
+		w.total += end
+		head := rest[:end]
+		if w.sink.ctx != nil && w.sent < w.sink.max && bytes.HasPrefix(head[len("HTTP/1.1"):], []byte(" 103")) {
+			if links := linkFields(head); len(links) > 0 {
+				w.sent++
+				w.send(w.sink.ctx, links)
 			}
 		}
-		w.head = append(w.head[:0], w.head[end+4:]...)
+		rest = rest[end:]
+		w.scan = 0
 	}
+}
+
+// What the bytes at the start of an answer are.
+const (
+	headShort   = iota // too few bytes to tell
+	headInterim        // a 1xx status line other than 101
+	headFinal          // any other status line, or not HTTP (fasthttp reports that)
+)
+
+// headKind tells an interim status line ("HTTP/1.x 1yz", not 101) from a
+// final one as soon as the bytes allow.
+func headKind(b []byte) int {
+	const pre = "HTTP/1.x 1"
+	for i := 0; i < len(pre) && i < len(b); i++ {
+		if pre[i] != 'x' && b[i] != pre[i] {
+			return headFinal
+		}
+	}
+	switch {
+	case len(b) < len("HTTP/1.1 101"):
+		return headShort
+	case b[10] == '0' && b[11] == '1':
+		return headFinal // 101 Switching Protocols ends the HTTP answers
+	}
+	return headInterim
+}
+
+// headEnd returns the length of the head at the start of b, through its
+// empty line (CRLF CRLF, or bare LFs as fasthttp also accepts), or -1;
+// the search starts at from.
+func headEnd(b []byte, from int) int {
+	for i := from; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		switch {
+		case i+1 < len(b) && b[i+1] == '\n':
+			return i + 2
+		case i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n':
+			return i + 3
+		}
+	}
+	return -1
 }
 
 // linkFields returns the Link field values of a head ("Name: value\r\n"

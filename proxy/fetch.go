@@ -122,7 +122,7 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	if !fromPrev {
 		var ok bool
 		var fl failure
-		tok := watchHints(req, f.client)
+		tok := watchHints(req, f.client, o.maxHints)
 		l, ok, fl = o.call(f.tenant, req, resp)
 		endHints(req, tok)
 		if !ok {

@@ -57,7 +57,7 @@ var metricHelp = map[string][2]string{
 	"shield_origin_server_up":                      {"gauge", "1 when the origin server is in rotation (not ejected, not failing health checks), by origin and server."},
 	"shield_origin_server_in_flight":               {"gauge", "Requests in flight to the origin server, by origin and server."},
 	"shield_origin_server_requests_total":          {"counter", "Requests sent to the origin server (retries included), by origin and server."},
-	"shield_origin_server_errors_total":            {"counter", "Requests to the origin server that failed (connect error, timeout, 5xx), by origin and server."},
+	"shield_origin_server_errors_total":            {"counter", "Requests to the origin server that failed (connect error, timeout, a breaker.failure_statuses answer: 502, 503, 504 by default), by origin and server."},
 	"shield_origin_server_ejections_total":         {"counter", "Times the origin server was ejected after consecutive failures, by origin and server."},
 	"shield_revalidations_total":                   {"counter", "Conditional revalidations, by origin and result (not_modified, modified)."},
 	"shield_origin_budget_limit":                   {"gauge", "Effective origin concurrency limit (slow start applied), by origin."},

@@ -25,6 +25,11 @@ type origin struct {
 	servers    *serverSet
 	hostHeader []byte // nil: the client's Host
 	timeout    time.Duration
+	// failStatus: the answers that count against a server's passive
+	// health, the breaker's failure statuses (an application's 500 on one
+	// path ejects no server either).
+	failStatus breaker.StatusSet
+	maxHints   int // 103 Early Hints relayed per answer (max_early_hints)
 	*originState
 }
 
@@ -67,6 +72,7 @@ func breakerSettings(b config.Breaker) breaker.Settings {
 		OpenFor:                  b.OpenFor,
 		HalfOpenProbes:           uint32(b.HalfOpenProbes),
 		TooManyRequestsIsFailure: b.TripOn429,
+		FailureStatuses:          b.FailureStatuses,
 	}
 }
 
@@ -184,7 +190,7 @@ func (o *origin) attempt(s *server, req *fasthttp.Request, resp *fasthttp.Respon
 	if err == nil {
 		status = resp.StatusCode()
 	}
-	o.servers.pool.Done(s.ps, serverOutcome(status, err), time.Now())
+	o.servers.pool.Done(s.ps, serverOutcome(status, err, &o.failStatus), time.Now())
 	return err
 }
 
@@ -201,10 +207,12 @@ func lostBeforeResponse(err error) bool {
 		(errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET))
 }
 
-// serverOutcome is what one attempt says about the server's health.
-func serverOutcome(status int, err error) originpool.Outcome {
+// serverOutcome is what one attempt says about the server's health: a
+// connection error, a timeout or one of the origin's failure statuses
+// (breaker.failure_statuses; not an application's 500) is a failure.
+func serverOutcome(status int, err error, fail *breaker.StatusSet) originpool.Outcome {
 	switch {
-	case err == nil && status >= 500:
+	case err == nil && fail.Has(status):
 		return originpool.Failure
 	case err == nil:
 		return originpool.Success

@@ -112,7 +112,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, false, fromPeer, nil)
 	resp := fasthttp.AcquireResponse()
-	tok := watchHints(req, ctx)
+	tok := watchHints(req, ctx, rte.origin.maxHints)
 	l, ok, fl := rte.origin.call(t, req, resp)
 	endHints(req, tok)
 	if !ok {

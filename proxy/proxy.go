@@ -196,7 +196,9 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 			return err
 		}
 		states[name] = st
-		o := &origin{name: name, servers: st.servers, timeout: oc.Timeout, originState: st}
+		o := &origin{name: name, servers: st.servers, timeout: oc.Timeout, originState: st,
+			failStatus: breaker.NewStatusSet(breakerSettings(oc.Breaker).WithDefaults().FailureStatuses),
+			maxHints:   oc.MaxEarlyHints}
 		if oc.HostHeader != "" {
 			o.hostHeader = []byte(oc.HostHeader)
 		}

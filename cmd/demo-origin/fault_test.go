@@ -74,6 +74,7 @@ func TestPrefixFaults(t *testing.T) {
 		{"no faults", modeOK, nil, "/a/x", 200},
 		{"prefix hit", modeOK, map[string]string{"/a/": modeError}, "/a/x", 500},
 		{"prefix miss", modeOK, map[string]string{"/a/": modeError}, "/b/x", 200},
+		{"unavailable", modeOK, map[string]string{"/a/": modeUnavailable}, "/a/x", 503},
 		{"prefix over global", modeError, map[string]string{"/a/": modeThrottle}, "/a/x", 429},
 		{"global elsewhere", modeError, map[string]string{"/a/": modeThrottle}, "/b/x", 500},
 		{"longest prefix wins", modeOK, map[string]string{"/a/": modeError, "/a/b/": modeThrottle}, "/a/b/x", 429},

@@ -21,7 +21,9 @@
 //	chunked=1            no Content-Length; the body is flushed in pieces
 //	cdncc=<value>        CDN-Cache-Control: value (RFC 9213 targeted field)
 //	dateago=<secs>       Date: now−secs (an answer generated earlier)
-//	hints=1              103 Early Hints (Link: </style.css>) before the answer
+//	hints=<n>            n × 103 Early Hints (Link: </style.css>) before the answer
+//	hintpad=<bytes>      each 103 also carries X-Pad: that many bytes
+//	interim=<c[,c]>      unsolicited 1xx heads (100, 102, 104, …) before the 103s
 //
 // If-None-Match matching the current ETag (with etag=1), or If-Modified-Since
 // not before Last-Modified (with lm=1 and no If-None-Match), answers 304.
@@ -41,7 +43,7 @@
 //
 //	GET  /__origin/stats               counters, in-flight gauge and fault mode
 //	POST /__origin/reset               zero the counters
-//	POST /__origin/fault?mode=M        ok | error | hang | reset | slow | throttle | garbage | huge
+//	POST /__origin/fault?mode=M        ok | error (500) | unavailable (503) | hang | reset | slow | throttle | garbage | huge
 //	POST /__origin/fault?mode=M&prefix=/p/
 //	                                   the same, only for paths starting with /p/ (the
 //	                                   longest such prefix wins over the global mode;

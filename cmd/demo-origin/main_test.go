@@ -503,3 +503,37 @@ func TestRun(t *testing.T) {
 		t.Error("run -nope = nil, want a flag error")
 	}
 }
+
+// TestInterimHeads: interim=… sends those 1xx first, hints=n sends n
+// 103s with the Link (and hintpad bytes of X-Pad), then the answer.
+func TestInterimHeads(t *testing.T) {
+	_, srv := testOrigin(t)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET /i?interim=100,102&hints=3&hintpad=5 HTTP/1.1\r\nHost: o\r\nConnection: close\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	raw, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, line := range strings.Split(string(raw), "\r\n") {
+		if code, ok := strings.CutPrefix(line, "HTTP/1.1 "); ok {
+			codes = append(codes, code[:3])
+		}
+	}
+	if strings.Join(codes, ",") != "100,102,103,103,103,200" {
+		t.Errorf("status lines %v, want 100,102,103×3,200 in %q", codes, raw)
+	}
+	if n := strings.Count(string(raw), "X-Pad: ppppp\r\n"); n != 3 {
+		t.Errorf("%d heads with X-Pad, want the 3 hints only: %q", n, raw)
+	}
+	for _, bad := range []string{"/i?hints=-1", "/i?hints=10001", "/i?interim=101", "/i?interim=200", "/i?hintpad=x"} {
+		if r := get(t, srv, bad); r.status != http.StatusBadRequest {
+			t.Errorf("GET %s = %d, want 400", bad, r.status)
+		}
+	}
+}

@@ -19,6 +19,10 @@ const (
 	modeHang  = "hang"
 	modeReset = "reset"
 	modeSlow  = "slow"
+	// modeUnavailable answers 503 Service Unavailable: an origin that is
+	// down or overloaded on every path (what opens shield's breaker; the
+	// 500 of modeError is an application's error and does not).
+	modeUnavailable = "unavailable"
 	// modeThrottle answers 429 Too Many Requests with Retry-After, as an
 	// origin shedding load does; shield may serve stale on it only when
 	// the route says so (stale_on_429).
@@ -35,7 +39,7 @@ const (
 // validMode reports whether mode is one POST /__origin/fault accepts.
 func validMode(mode string) bool {
 	switch mode {
-	case modeOK, modeError, modeHang, modeReset, modeSlow, modeThrottle, modeGarbage, modeHuge:
+	case modeOK, modeError, modeUnavailable, modeHang, modeReset, modeSlow, modeThrottle, modeGarbage, modeHuge:
 		return true
 	}
 	return false
@@ -89,6 +93,8 @@ func (o *origin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch mode {
 	case modeError:
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "fault mode error"})
+	case modeUnavailable:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "fault mode unavailable"})
 	case modeHang:
 		o.hang(r)
 	case modeReset:

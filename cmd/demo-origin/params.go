@@ -18,6 +18,9 @@ const defaultCacheControl = "public, max-age=60"
 const (
 	maxDelay = time.Minute
 	maxSize  = 64 << 20
+	// Interim heads: enough to flood a proxy (10,000 × 64 KiB), bounded.
+	maxHints   = 10000
+	maxHintPad = 64 << 10
 )
 
 // params is the parsed response-shaping query of one request.
@@ -37,7 +40,9 @@ type params struct {
 	cdnCC        string        // CDN-Cache-Control value (RFC 9213), "" for none
 	dateAgo      time.Duration // Date this long before now
 	setDateAgo   bool
-	earlyHints   bool // send 103 Early Hints before the answer
+	earlyHints   int   // 103 Early Hints sent before the answer
+	hintPad      int   // bytes of X-Pad in each 103
+	interim      []int // other 1xx sent first
 }
 
 // parseParams reads the shaping parameters; unknown parameters are
@@ -86,7 +91,25 @@ func parseParams(q url.Values) (params, error) {
 	p.etag = q.Get("etag") == "1"
 	p.lastModified = q.Get("lm") == "1"
 	p.chunked = q.Get("chunked") == "1"
-	p.earlyHints = q.Get("hints") == "1"
+	if v := q.Get("hints"); v != "" {
+		if p.earlyHints, err = intIn(v, 0, maxHints); err != nil {
+			return p, fmt.Errorf("hints: %w", err)
+		}
+	}
+	if v := q.Get("hintpad"); v != "" {
+		if p.hintPad, err = intIn(v, 0, maxHintPad); err != nil {
+			return p, fmt.Errorf("hintpad: %w", err)
+		}
+	}
+	if v := q.Get("interim"); v != "" {
+		for c := range strings.SplitSeq(v, ",") {
+			code, err := intIn(strings.TrimSpace(c), 100, 199)
+			if err != nil || code == http.StatusSwitchingProtocols {
+				return p, fmt.Errorf("interim: %q is not an informational status other than 101", c)
+			}
+			p.interim = append(p.interim, code)
+		}
+	}
 	p.cdnCC = q.Get("cdncc")
 	if strings.ContainsAny(p.cdnCC, "\r\n") {
 		return p, fmt.Errorf("cdncc: line breaks")

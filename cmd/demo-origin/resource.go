@@ -57,9 +57,18 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 	version, lastMod := o.validators(r.URL.Path)
 
 	h := w.Header()
-	if p.earlyHints {
+	for _, code := range p.interim {
+		w.WriteHeader(code) // net/http sends any 1xx but 101 as an interim head
+	}
+	if p.earlyHints > 0 {
 		h.Set("Link", "</style.css>; rel=preload; as=style")
-		w.WriteHeader(http.StatusEarlyHints)
+		if p.hintPad > 0 {
+			h.Set("X-Pad", strings.Repeat("p", p.hintPad))
+		}
+		for range p.earlyHints {
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		h.Del("X-Pad") // the Link stays on the final answer too
 	}
 	if p.setCC {
 		h.Set("Cache-Control", p.cacheControl)
