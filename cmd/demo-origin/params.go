@@ -38,6 +38,7 @@ type params struct {
 	dateAgo      time.Duration // Date this long before now
 	setDateAgo   bool
 	earlyHints   bool // send 103 Early Hints before the answer
+	headers      bool // echo every request field in "headers"
 }
 
 // parseParams reads the shaping parameters; unknown parameters are
@@ -75,6 +76,7 @@ func parseParams(q url.Values) (params, error) {
 			p.vary = append(p.vary, http.CanonicalHeaderKey(name))
 		}
 	}
+	p.headers = q.Get("headers") == "1"
 	if v := q.Get("expires"); v != "" {
 		secs, err := intIn(v, -1e9, 1e9)
 		if err != nil {

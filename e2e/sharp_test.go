@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"net/textproto"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/internal/testenv"
+)
+
+// curl sends one GET to shield with curl, the target exactly as given
+// (--path-as-is: no dot-segment removal; curl sends %2F as it is); hdr
+// holds name, value pairs.
+func (e *env) curl(target string, hdr ...string) result {
+	e.t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		testenv.Missing(e.t, "curl: %v", err)
+	}
+	dir := e.t.TempDir()
+	head, body := filepath.Join(dir, "head"), filepath.Join(dir, "body")
+	args := []string{"-sS", "--path-as-is", "-D", head, "-o", body, "-w", "%{http_code}"}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		args = append(args, "-H", hdr[i]+": "+hdr[i+1])
+	}
+	out, err := exec.Command("curl", append(args, "http://"+e.cfg.Listen+target)...).Output()
+	if err != nil {
+		e.t.Fatalf("curl %s: %v", target, err)
+	}
+	var r result
+	if r.status, err = strconv.Atoi(string(out)); err != nil {
+		e.t.Fatalf("curl %s: status %q", target, out)
+	}
+	if r.body, err = os.ReadFile(body); err != nil {
+		e.t.Fatal(err)
+	}
+	raw, err := os.ReadFile(head)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(raw)))
+	if _, err := tp.ReadLine(); err != nil { // the status line
+		e.t.Fatalf("curl %s: head %q: %v", target, raw, err)
+	}
+	mh, err := tp.ReadMIMEHeader()
+	if err != nil {
+		e.t.Fatalf("curl %s: head %q: %v", target, raw, err)
+	}
+	r.header = http.Header(mh)
+	return r
+}
+
+// TestEncodedSlashRouted: paths holding %2F (npm scopes, GitLab project
+// ids, object keys) are served like any path — the origin sees the bytes
+// the client sent and each spelling is its own cache entry — while no
+// spelling moves a request into or out of a route: "/%61dmin/" is route
+// admin's, and "/admin%2Fx", which an origin decoding %2F would read as
+// "/admin/x", is refused. Dot segments stay refused however spelt.
+func TestEncodedSlashRouted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *shieldConfig) {
+		c.Extra = append(c.Extra, with(func(cc *config.Config) {
+			admin := &config.Route{Name: "admin", Hosts: []string{"*"}, PathPrefix: "/admin/", Origin: "demo",
+				Cache: config.RouteCache{Disabled: true}}
+			cc.Routes = append([]*config.Route{admin}, cc.Routes...)
+		}))
+	})
+	for _, path := range []string{"/@scope%2fname", "/api/v4/projects/group%2Fproject", "/a%2Fb", "/a/b", "/a%2fb"} {
+		first := e.curl(path)
+		if first.status != http.StatusOK || decode(t, first).URI != path {
+			t.Fatalf("GET %s: %v; want 200 from an origin that saw %s", path, first, path)
+		}
+		again := e.curl(path)
+		wantHit(t, "GET "+path+" again", again)
+		if decode(t, again).URI != path {
+			t.Errorf("GET %s again: served %s's answer", path, decode(t, again).URI)
+		}
+	}
+	e.wantOriginCount("/a/b", 3) // "/a%2Fb", "/a/b" and "/a%2fb": one fetch each (its decoded path is /a/b for all)
+
+	// "/%61dmin/x" is route admin's (cache disabled): two requests, two fetches.
+	for range 2 {
+		if r := e.curl("/%61dmin/x"); r.status != http.StatusOK || !strings.Contains(r.header.Get("Cache-Status"), "fwd=bypass") {
+			t.Errorf("GET /%%61dmin/x: %v; want route admin's bypass", r)
+		}
+	}
+	e.wantOriginCount("/admin/x", 2)
+
+	before := e.stats().Total
+	for _, path := range []string{"/admin%2Fx", "/admin%2fx", "/%61dmin%2Fx", "/a/%2e%2e/admin/x", "/a%2F..%2Fadmin/x", "/a/../admin/x"} {
+		if r := e.curl(path); r.status != http.StatusBadRequest {
+			t.Errorf("GET %s: %v, want 400", path, r)
+		}
+	}
+	if s := e.stats(); s.Total != before {
+		t.Errorf("the origin saw %d refused requests", s.Total-before)
+	}
+}
