@@ -103,3 +103,26 @@ func TestEncodedSlashRouted(t *testing.T) {
 		t.Errorf("the origin saw %d refused requests", s.Total-before)
 	}
 }
+
+// TestIgnoredQueryNotSentUpstream: an ignore_query parameter is not sent
+// on a cache fetch, so an origin that echoes the query (the demo origin
+// does) cannot store one client's utm_source for everybody; a POST
+// (never stored) is forwarded as sent.
+func TestIgnoredQueryNotSentUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(c *shieldConfig) {
+		c.Extra = append(c.Extra, with(func(cc *config.Config) { cc.Routes[0].Cache.IgnoreQuery = []string{"utm_source"} }))
+	})
+	poisoned := e.curl("/page?utm_source=%3Cb%3Epwned&a=1")
+	if res := decode(t, poisoned); poisoned.status != http.StatusOK || res.URI != "/page?a=1" {
+		t.Fatalf("first request: %v; want 200 from an origin that saw /page?a=1", poisoned)
+	}
+	clean := e.curl("/page?a=1&utm_source=newsletter")
+	wantHit(t, "same key, other utm_source", clean)
+	if strings.Contains(string(clean.body), "pwned") {
+		t.Errorf("a later client got the first client's utm_source: %s", clean.body)
+	}
+	if r, err := e.try(http.MethodPost, "/page?utm_source=x"); err != nil || decode(t, r).URI != "/page?utm_source=x" {
+		t.Errorf("POST: %v %v; want the target forwarded as sent", r, err)
+	}
+}

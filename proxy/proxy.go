@@ -112,6 +112,9 @@ type route struct {
 	// first present wins; forwardTargeted passes them on to clients.
 	targeted        [][]byte
 	forwardTargeted bool
+	// forwardIgnored sends the query parameters the key ignores on cache
+	// fetches too (by default they are dropped: upstreamTarget).
+	forwardIgnored bool
 	// codings is the Accept-Encoding preference requests are reduced to
 	// (nil: forwarded as sent).
 	codings [][]byte
@@ -252,6 +255,7 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 			r.targeted = append(r.targeted, []byte(h))
 		}
 		r.forwardTargeted = rc.Cache.ForwardTargeted
+		r.forwardIgnored = rc.Cache.ForwardIgnoredQuery
 		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" {
 			for _, c := range ae {
 				r.codings = append(r.codings, []byte(strings.ToLower(c)))

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -176,4 +177,45 @@ func FuzzCleanPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestIgnoredQueryNotForwarded: a cache fetch — a fill or a background
+// refresh — sends no parameter the key ignores, so an origin that echoes
+// utm_source cannot store one client's value for everybody; a
+// pass-through request (never stored) is forwarded as sent, and
+// forward_ignored_query restores the old behaviour.
+func TestIgnoredQueryNotForwarded(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		_, _ = fmt.Fprintf(w, "uri=%s", r.RequestURI)
+	})
+	ignore := func(c *config.Config) { c.Routes[0].Cache.IgnoreQuery = []string{"utm_source", "fbclid"} }
+	p := newTestProxy(t, o.addr(), ignore)
+	for _, tt := range []struct{ target, want string }{
+		{"/e?utm_source=%3Cscript%3E&a=1", "uri=/e?a=1"},
+		{"/e?a=1&utm_source=other", "uri=/e?a=1"}, // a hit of the same answer
+		{"/f?utm_source=x&fbclid=y", "uri=/f"},
+		{"/g%2Fh?b=2&utm_source=x&a=1", "uri=/g%2Fh?b=2&a=1"},
+		{"/k?b=1", "uri=/k?b=1"},
+	} {
+		if s := summary(serve(p, get(t, tt.target))); s.body != tt.want {
+			t.Errorf("GET %s = %+v, want the origin to have seen %q", tt.target, s, tt.want)
+		}
+	}
+	if s := summary(serve(p, newCtx(t, request("POST", "/e?utm_source=x")))); s.body != "uri=/e?utm_source=x" {
+		t.Errorf("POST = %+v, want the target forwarded as sent", s)
+	}
+
+	plant(t, p, "/r?a=1", time.Hour+time.Minute, time.Hour, time.Hour, 0, "")
+	before := o.hits.Load()
+	serve(p, get(t, "/r?a=1&utm_source=evil"))
+	waitUntil(t, "the background refresh reaches the origin", func() bool { return o.hits.Load() > before })
+	if uri := o.last(t).uri; uri != "/r?a=1" {
+		t.Errorf("background refresh sent %q, want /r?a=1", uri)
+	}
+
+	fwd := newTestProxy(t, o.addr(), func(c *config.Config) { ignore(c); c.Routes[0].Cache.ForwardIgnoredQuery = true })
+	if s := summary(serve(fwd, get(t, "/e?utm_source=x&a=1"))); s.body != "uri=/e?utm_source=x&a=1" {
+		t.Errorf("forward_ignored_query: %+v, want the target as sent", s)
+	}
 }

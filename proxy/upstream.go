@@ -27,20 +27,30 @@ var conditionalHeaders = [][]byte{
 	[]byte("If-Unmodified-Since"), []byte("If-Range"),
 }
 
-// buildUpstream fills req from the client request. fromPeer marks a
-// request forwarded by another node (its client address travels in
-// Shield-Client-Ip). forCache marks a fetch
-// on behalf of the cache: HEAD becomes GET (so the answer can be stored
-// and serve both), client conditionals are dropped, and se's validators,
-// if any, make the request conditional.
-func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fromPeer bool, se *entry) {
+// buildUpstream fills req from the client request for route rte.
+// fromPeer marks a request forwarded by another node (its client address
+// travels in Shield-Client-Ip). forCache marks a fetch on behalf of the
+// cache: HEAD becomes GET (so the answer can be stored and serve both),
+// the query loses the parameters the key ignores (upstreamTarget), client
+// conditionals are dropped, and se's validators, if any, make the request
+// conditional.
+func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, forCache, fromPeer bool, se *entry) {
 	src := &ctx.Request
 	if forCache && src.Header.IsHead() {
 		req.Header.SetMethod(fasthttp.MethodGet)
 	} else {
 		req.Header.SetMethodBytes(src.Header.Method())
 	}
-	req.SetRequestURIBytes(src.Header.RequestURI())
+	var buf [256]byte
+	target, dropped := buf[:0], false
+	if forCache {
+		target, dropped = upstreamTarget(target, src, rte)
+	}
+	if dropped {
+		req.SetRequestURIBytes(target)
+	} else {
+		req.SetRequestURIBytes(src.Header.RequestURI())
+	}
 	conn := src.Header.PeekBytes(hConnection)
 	var via []byte
 	for k, v := range src.Header.All() {
@@ -82,6 +92,25 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fr
 	if !forCache {
 		req.SetBody(src.Body())
 	}
+}
+
+// upstreamTarget appends the target of a cache fetch to dst: the client's
+// path (raw) and query without the parameters the route's key ignores
+// (cachekey.Rules.AppendForwardQuery), unless the route forwards them.
+// ok is false when that is the client's target as sent. Only a cache
+// fetch drops them: its answer is stored under a key without them, so
+// none may reach the origin (which might echo it into the answer).
+func upstreamTarget(dst []byte, src *fasthttp.Request, rte *route) (t []byte, ok bool) {
+	if rte.forwardIgnored || rte.rules == nil {
+		return dst, false
+	}
+	uri := src.URI()
+	dst = append(append(dst, uri.PathOriginal()...), '?')
+	t, ok = rte.rules.AppendForwardQuery(dst, uri.QueryString())
+	if ok && len(t) == len(dst) {
+		t = t[:len(dst)-1] // every parameter dropped: no '?'
+	}
+	return t, ok
 }
 
 // rewriteHeaders are fields some origin frameworks honour to change the
