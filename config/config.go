@@ -228,6 +228,12 @@ type Server struct {
 	// certificate is re-read on SIGHUP and POST /reload; connections in
 	// progress keep theirs.
 	TLS *ListenerTLS `yaml:"tls"`
+	// TrustedProxies are the clients (CIDRs or bare IPs) whose
+	// X-Forwarded-For, -Proto, -Host and -Port shield extends instead of
+	// replacing: a load balancer in front of shield. Absent: no client is
+	// trusted, and every Forwarded and X-Forwarded-* field a client sends
+	// is replaced or removed (ParseTrustedProxy reads one entry).
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // ListenerTLS is the public listener's certificate.

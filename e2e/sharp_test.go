@@ -126,3 +126,93 @@ func TestIgnoredQueryNotSentUpstream(t *testing.T) {
 		t.Errorf("POST: %v %v; want the target forwarded as sent", r, err)
 	}
 }
+
+// forwardingProbe is the client's spoofing attempt: every forwarding
+// field, as a client or a proxy in front of shield would send it.
+var forwardingProbe = []string{
+	"X-Forwarded-For", "6.6.6.6", "X-Forwarded-Port", "1", "X-Forwarded-Proto", "https",
+	"X-Forwarded-Host", "evil.example", "X-Forwarded-Prefix", "/evil", "X-Forwarded-Ssl", "on",
+	"Forwarded", "for=6.6.6.6",
+}
+
+// wantEchoed checks the fields an echoing origin saw ("" = absent).
+func wantEchoed(t *testing.T, what string, res resource, want map[string]string) {
+	t.Helper()
+	for name, v := range want {
+		if got := res.Headers[name]; got != v {
+			t.Errorf("%s: origin saw %s = %q, want %q", what, name, got, v)
+		}
+	}
+}
+
+// TestForwardedFieldsReplaced: a client's X-Forwarded-* and Forwarded
+// fields never reach the origin (X-Forwarded-Port did); only a client in
+// server.trusted_proxies has its X-Forwarded-For extended and its -Proto,
+// -Host and -Port kept.
+func TestForwardedFieldsReplaced(t *testing.T) {
+	t.Parallel()
+	for _, trusted := range []bool{false, true} {
+		e := newEnv(t, func(c *shieldConfig) {
+			if trusted {
+				c.Extra = append(c.Extra, with(func(cc *config.Config) { cc.Server.TrustedProxies = []string{"127.0.0.0/8"} }))
+			}
+		})
+		r := e.curl("/xf?headers=1&cc=no-store", forwardingProbe...)
+		if r.status != http.StatusOK {
+			t.Fatalf("trusted=%v: %v", trusted, r)
+		}
+		want := map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Port": "", "X-Forwarded-Proto": "http",
+			"X-Forwarded-Host": e.cfg.Listen, "X-Forwarded-Prefix": "", "X-Forwarded-Ssl": "", "Forwarded": ""}
+		if trusted {
+			want["X-Forwarded-For"], want["X-Forwarded-Port"] = "6.6.6.6, 127.0.0.1", "1"
+			want["X-Forwarded-Proto"], want["X-Forwarded-Host"] = "https", "evil.example"
+		}
+		wantEchoed(t, "trusted="+strconv.FormatBool(trusted), decode(t, r), want)
+	}
+}
+
+// TestForwardedFieldsThroughOwner: in a cluster (static membership) the
+// edge node sets the forwarding fields for its client and the key's
+// owner sends them on as set, so the origin sees the same fields whichever
+// node answers; the owner's cache fetch drops ignore_query parameters.
+func TestForwardedFieldsThroughOwner(t *testing.T) {
+	t.Parallel()
+	originAddr := freeAddr(t)
+	origin := startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", originAddr)
+	origin.waitReady(t, "http://"+originAddr+"/__origin/stats")
+	type node struct{ listen, admin, peer string }
+	nodes := []node{{freeAddr(t), freeAddr(t), freeAddr(t)}, {freeAddr(t), freeAddr(t), freeAddr(t)}}
+	peers := []*config.ClusterPeer{{ID: "n1", Addr: nodes[0].peer}, {ID: "n2", Addr: nodes[1].peer}}
+	for i, n := range nodes {
+		yaml := buildConfig(t, demoNode(n.listen, n.admin, originAddr), with(func(c *config.Config) {
+			c.Routes[0].Cache.IgnoreQuery = []string{"utm_source"}
+			c.Cluster = &config.Cluster{NodeID: peers[i].ID, Listen: n.peer, Secret: clusterSecret, Membership: "static", Peers: peers}
+		}))
+		p := startProcess(t, "shield "+peers[i].ID, binPath(t, "shield"), "-config", writeFile(t, peers[i].ID+".yaml", yaml))
+		p.waitReady(t, "http://"+n.admin+"/readyz")
+	}
+	e := &env{t: t, cfg: shieldConfig{Listen: nodes[0].listen}}
+	forwarded := 0
+	for i := range 12 {
+		target := "/own" + strconv.Itoa(i) + "?headers=1&utm_source=evil"
+		r := e.curl(target, forwardingProbe...)
+		if r.status != http.StatusOK {
+			t.Fatalf("GET %s: %v", target, r)
+		}
+		cs := strings.Join(r.header.Values("Cache-Status"), ", ")
+		what := target + " (" + cs + ")"
+		if strings.Contains(cs, "detail=peer-n2") {
+			forwarded++
+		}
+		res := decode(t, r)
+		if strings.Contains(res.URI, "utm_source") {
+			t.Errorf("%s: origin saw %s", what, res.URI)
+		}
+		wantEchoed(t, what, res, map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Port": "",
+			"X-Forwarded-Proto": "http", "X-Forwarded-Host": nodes[0].listen, "X-Forwarded-Prefix": "",
+			"X-Forwarded-Ssl": "", "Forwarded": "", "Shield-Forwarded": "", "Shield-Client-Ip": ""})
+	}
+	if forwarded == 0 {
+		t.Fatal("no key of 12 is owned by n2: nothing went through an owner")
+	}
+}

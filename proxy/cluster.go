@@ -48,6 +48,11 @@ var (
 	hShieldGeneration = []byte("Shield-Generation")
 	hShieldTenant     = []byte("Shield-Tenant")
 	hShieldClientIP   = []byte("Shield-Client-Ip")
+	// hShieldForwarded says the edge set X-Forwarded-For, -Proto, -Host
+	// and -Port for its client (setForwarded): the owner forwards them.
+	// An edge without it (an older release) passed its client's on.
+	hShieldForwarded = []byte("Shield-Forwarded")
+	valueOne         = []byte("1")
 	// hShieldReadThrough asks the previous owner for a cached copy only.
 	hShieldReadThrough = []byte("Shield-Read-Through")
 )
@@ -304,7 +309,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.SetRequestURIBytes(src.Header.RequestURI())
 	conn := src.Header.PeekBytes(hConnection)
 	for k, val := range src.Header.All() {
-		if isHopByHop(k, conn) || isShieldHeader(k) || bytes.EqualFold(k, hContentLength) {
+		if isHopByHop(k, conn) || isShieldHeader(k) || isForwardedHeader(k) || bytes.EqualFold(k, hContentLength) {
 			continue
 		}
 		req.Header.AddBytesKV(k, val)
@@ -314,7 +319,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.Header.SetBytesKV(hShieldTenant, sc.tid)
 	req.Header.SetBytesKV(hShieldAuth, c.secret)
 	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
-	req.Header.SetBytesKV(hShieldClientIP, sc.tmp)
+	req.Header.SetBytesKV(hShieldClientIP, sc.tmp) // for owners from before Shield-Forwarded
+	setForwarded(&req.Header, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
+	req.Header.SetBytesKV(hShieldForwarded, valueOne)
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
