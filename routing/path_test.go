@@ -144,3 +144,16 @@ func FuzzMatchSpelling(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkResolveEncoded: a path with percent-encoding and an encoded
+// slash takes the matching-form path (two forms built on the stack).
+func BenchmarkResolveEncoded(b *testing.B) {
+	tab := spellingTable(b, true)
+	host, path := []byte("h"), []byte("/api/v1/projects/group%2Fproject/%7Efiles")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := tab.Resolve(host, path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
