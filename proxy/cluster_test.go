@@ -493,3 +493,39 @@ func TestClusterForwardedFieldsFromEdge(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterLegacyEdgeForwarded: an edge from before Shield-Forwarded
+// passed its client's forwarding fields on unchecked; the owner then
+// uses only the client address the edge saw (Shield-Client-Ip), as
+// before, and forwards none of the client's fields.
+func TestClusterLegacyEdgeForwarded(t *testing.T) {
+	legacy := func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			h := &ctx.Request.Header
+			if len(h.PeekBytes(hShieldForwarded)) > 0 {
+				h.DelBytes(hShieldForwarded)
+				h.Set("X-Forwarded-For", "6.6.6.6") // the client's, as an old edge sent them
+				h.Set("X-Forwarded-Port", "1")
+				h.Set("X-Forwarded-Host", "evil.example")
+			}
+			next(ctx)
+		}
+	}
+	c := newTestCluster(t, clusterSetup{handler: legacy}, "a", "b")
+	a := c.node("a")
+	var seen fasthttp.RequestHeader
+	c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.CopyTo(&seen)
+		ctx.Response.Header.Set("Cache-Control", "no-store")
+	})
+	path := pathWhere(t, "legacy", func(p string) bool { return a.owner(t, p) == "b" })
+	if r := a.get(t, path); r.code != 200 || !strings.HasSuffix(r.cacheStatus, "shield-edge; detail=peer-b") {
+		t.Fatalf("via a: %+v", r)
+	}
+	for name, want := range map[string]string{"X-Forwarded-For": clientAddr.IP.String(), "X-Forwarded-Port": "",
+		"X-Forwarded-Host": testHost, "X-Forwarded-Proto": "http"} {
+		if got := string(seen.Peek(name)); got != want {
+			t.Errorf("origin saw %s = %q, want %q", name, got, want)
+		}
+	}
+}
