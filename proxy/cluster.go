@@ -416,10 +416,22 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("forbidden\n")
 			return
 		}
+		// A client's request — forwarded by an edge (Shield-Client-Ip)
+		// or read through (Shield-Read-Through) — arrives with the
+		// cluster secret too, and its path is the client's: it never
+		// reaches the peer protocol's endpoints, or any client could
+		// purge through an edge ("GET /__shield/purge?route=r"). The
+		// endpoints are matched on the raw path: Path() decodes %2F and
+		// removes dot segments.
+		client := len(h.PeekBytes(hShieldClientIP)) > 0 || len(h.PeekBytes(hShieldReadThrough)) > 0
+		endpoint := ""
+		if !client {
+			endpoint = string(ctx.Request.URI().PathOriginal())
+		}
 		// Purges, purge logs and usage go through whatever generation
 		// either side has: they must get through while views differ, and
 		// none depends on key ownership.
-		switch string(ctx.Path()) {
+		switch endpoint {
 		case purgePath:
 			p.peerPurge(ctx)
 			return
@@ -443,7 +455,7 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("misdirected: generation mismatch\n")
 			return
 		}
-		if string(ctx.Path()) == handoffPath {
+		if endpoint == handoffPath {
 			p.takeHandoff(ctx, c)
 			return
 		}

@@ -529,3 +529,33 @@ func TestClusterLegacyEdgeForwarded(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterClientCannotReachPeerEndpoints: a public request whose path
+// is one of the peer protocol's (/__shield/purge, purgelog, usage,
+// handoff), however spelt, is a client request on the owner too: the
+// edge forwards it with the cluster secret, and the owner must not run
+// a purge (or hand out its purge log) for it.
+func TestClusterClientCannotReachPeerEndpoints(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{}, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	kept := pathWhere(t, "kept", func(p string) bool { return a.owner(t, p) == "b" })
+	if r := b.get(t, kept); r.code != 200 {
+		t.Fatalf("warm %s: %+v", kept, r)
+	}
+	for _, base := range []string{purgePath + "?route=r", purgePath + "?route=r&_id=1&_at=1", "/__shield%2Fpurge?route=r",
+		purgeLogPath + "?after=0", usagePath + "?x=1"} {
+		target := ""
+		for i := 0; target == ""; i++ {
+			if p := base + "&n=" + itoa(i); a.owner(t, p) == "b" {
+				target = p
+			}
+		}
+		r := a.get(t, target)
+		if strings.Contains(r.body, "purged") || strings.Contains(r.body, `"records"`) {
+			t.Errorf("GET %s via a reached b's peer endpoint: %+v", target, r)
+		}
+	}
+	if r := b.get(t, kept); !strings.HasPrefix(r.cacheStatus, "shield; hit") {
+		t.Fatalf("%s after the attempts: %+v, want still a hit (nothing purged)", kept, r)
+	}
+}
