@@ -177,20 +177,7 @@ func TestForwardedFieldsReplaced(t *testing.T) {
 // node answers; the owner's cache fetch drops ignore_query parameters.
 func TestForwardedFieldsThroughOwner(t *testing.T) {
 	t.Parallel()
-	originAddr := freeAddr(t)
-	origin := startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", originAddr)
-	origin.waitReady(t, "http://"+originAddr+"/__origin/stats")
-	type node struct{ listen, admin, peer string }
-	nodes := []node{{freeAddr(t), freeAddr(t), freeAddr(t)}, {freeAddr(t), freeAddr(t), freeAddr(t)}}
-	peers := []*config.ClusterPeer{{ID: "n1", Addr: nodes[0].peer}, {ID: "n2", Addr: nodes[1].peer}}
-	for i, n := range nodes {
-		yaml := buildConfig(t, demoNode(n.listen, n.admin, originAddr), with(func(c *config.Config) {
-			c.Routes[0].Cache.IgnoreQuery = []string{"utm_source"}
-			c.Cluster = &config.Cluster{NodeID: peers[i].ID, Listen: n.peer, Secret: clusterSecret, Membership: "static", Peers: peers}
-		}))
-		p := startProcess(t, "shield "+peers[i].ID, binPath(t, "shield"), "-config", writeFile(t, peers[i].ID+".yaml", yaml))
-		p.waitReady(t, "http://"+n.admin+"/readyz")
-	}
+	nodes := startStaticPair(t, func(c *config.Config) { c.Routes[0].Cache.IgnoreQuery = []string{"utm_source"} })
 	e := &env{t: t, cfg: shieldConfig{Listen: nodes[0].listen}}
 	forwarded := 0
 	for i := range 12 {
@@ -214,5 +201,72 @@ func TestForwardedFieldsThroughOwner(t *testing.T) {
 	}
 	if forwarded == 0 {
 		t.Fatal("no key of 12 is owned by n2: nothing went through an owner")
+	}
+}
+
+// staticNode is one shield of startStaticPair.
+type staticNode struct{ listen, admin, peer string }
+
+// startStaticPair starts a demo origin and two shields, n1 and n2, in
+// one cluster with static membership (no Consul), each configuration
+// adjusted by edit, and returns them ready.
+func startStaticPair(t *testing.T, edit func(*config.Config)) []staticNode {
+	t.Helper()
+	originAddr := freeAddr(t)
+	origin := startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", originAddr)
+	origin.waitReady(t, "http://"+originAddr+"/__origin/stats")
+	nodes := []staticNode{{freeAddr(t), freeAddr(t), freeAddr(t)}, {freeAddr(t), freeAddr(t), freeAddr(t)}}
+	peers := []*config.ClusterPeer{{ID: "n1", Addr: nodes[0].peer}, {ID: "n2", Addr: nodes[1].peer}}
+	for i, n := range nodes {
+		yaml := buildConfig(t, demoNode(n.listen, n.admin, originAddr), with(func(c *config.Config) {
+			c.Cluster = &config.Cluster{NodeID: peers[i].ID, Listen: n.peer, Secret: clusterSecret, Membership: "static", Peers: peers}
+			if edit != nil {
+				edit(c)
+			}
+		}))
+		p := startProcess(t, "shield "+peers[i].ID, binPath(t, "shield"), "-config", writeFile(t, peers[i].ID+".yaml", yaml))
+		p.waitReady(t, "http://"+n.admin+"/readyz")
+	}
+	return nodes
+}
+
+// TestClientCannotPurgeThroughEdge: a public request for a peer protocol
+// path (/__shield/purge?route=demo) that the edge forwards to the key's
+// owner — with the cluster secret — is served as a request there, never
+// run as a purge (it emptied the owner's route).
+func TestClientCannotPurgeThroughEdge(t *testing.T) {
+	t.Parallel()
+	nodes := startStaticPair(t, nil)
+	n1, n2 := &env{t: t, cfg: shieldConfig{Listen: nodes[0].listen}}, &env{t: t, cfg: shieldConfig{Listen: nodes[1].listen}}
+	owned := ""
+	for i := 0; owned == ""; i++ { // a key n2 owns: n2 serves it itself, a hit the second time
+		p := "/kept" + strconv.Itoa(i)
+		n2.curl(p)
+		if r := n2.curl(p); parseCacheStatus(r.header).hit && len(r.header.Values("Cache-Status")) == 1 {
+			owned = p // a hit of n2's own, not relayed from n1
+		}
+		if i == 50 {
+			t.Fatal("n2 owns none of 50 keys")
+		}
+	}
+	forwarded := 0
+	for i := range 16 {
+		for _, base := range []string{"/__shield/purge?route=demo", "/__shield%2Fpurge?route=demo", "/__shield/purgelog?after=0"} {
+			r := n1.curl(base + "&n=" + strconv.Itoa(i))
+			if strings.Contains(strings.Join(r.header.Values("Cache-Status"), ", "), "detail=peer-n2") {
+				forwarded++
+			}
+			if strings.Contains(string(r.body), "purged") || strings.Contains(string(r.body), `"records"`) {
+				t.Errorf("GET %s via n1 answered by a peer endpoint: %v", base, r)
+			}
+		}
+	}
+	if forwarded == 0 {
+		t.Fatal("n1 forwarded none of the attempts to n2")
+	}
+	r := n2.curl(owned)
+	wantHit(t, owned+" on n2 after the attempts", r)
+	if cs := r.header.Values("Cache-Status"); len(cs) != 1 {
+		t.Errorf("%s on n2: Cache-Status %q, want n2's own hit", owned, cs)
 	}
 }
