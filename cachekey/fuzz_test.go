@@ -133,3 +133,31 @@ func FuzzAppendVary(f *testing.F) {
 		}
 	})
 }
+
+// FuzzForwardQuery: the query a cache fetch forwards has the request's
+// key, and holds nothing the key ignores.
+func FuzzForwardQuery(f *testing.F) {
+	for _, s := range []string{"", "a=1", "utm_source=x&a=1", "a=1&utm_source", "utm_source=x;b=1", "&&utm_source=&", "x&utm_source=1&x"} {
+		f.Add(s)
+	}
+	r, err := NewRules([]string{"utm_source", "x"}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		out, dropped := r.AppendForwardQuery(nil, []byte(q))
+		sent := q
+		if dropped {
+			sent = string(out)
+		} else if len(out) != 0 {
+			t.Fatalf("AppendForwardQuery(%q) appended %q without dropping", q, out)
+		}
+		if a, b := r.AppendQuery(nil, []byte(sent)), r.AppendQuery(nil, []byte(q)); string(a) != string(b) {
+			t.Fatalf("forwarded %q keys as %q, the request %q as %q", sent, a, q, b)
+		}
+		var none *Rules
+		if a, b := r.AppendQuery(nil, []byte(sent)), none.AppendQuery(nil, []byte(sent)); string(a) != string(b) {
+			t.Fatalf("forwarded %q still holds an ignored parameter (%q vs %q)", sent, a, b)
+		}
+	})
+}

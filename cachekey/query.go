@@ -169,3 +169,47 @@ func appendParams(dst, q []byte, ps []param) []byte {
 	}
 	return dst
 }
+
+// AppendForwardQuery appends q without the parameters the key ignores
+// (the same test as the key's: raw name equal to an ignored name, no ';'
+// in the parameter), the others in their order, joined with '&'. dropped
+// is false, and nothing is appended, when q holds no ignored parameter:
+// the caller then forwards q as it is.
+//
+// A cache fetch forwards this query, so an ignored parameter the origin
+// would echo ("utm_source") cannot put one client's value into the
+// answer everyone shares: the query the origin sees has the same key as
+// the request, and nothing outside it.
+func (r *Rules) AppendForwardQuery(dst, q []byte) (out []byte, dropped bool) {
+	if r == nil || (len(r.ignore) == 0) {
+		return dst, false
+	}
+	start, first := len(dst), true
+	for i := 0; i <= len(q); {
+		end := bytes.IndexByte(q[i:], '&')
+		if end < 0 {
+			end = len(q)
+		} else {
+			end += i
+		}
+		p := q[i:end]
+		name := p
+		if eq := bytes.IndexByte(p, '='); eq >= 0 {
+			name = p[:eq]
+		}
+		switch {
+		case len(p) > 0 && r.ignored(name) && bytes.IndexByte(p, ';') < 0:
+			dropped = true
+		case len(p) > 0:
+			if !first {
+				dst = append(dst, '&')
+			}
+			dst, first = append(dst, p...), false
+		}
+		i = end + 1
+	}
+	if !dropped {
+		return dst[:start], false
+	}
+	return dst, true
+}

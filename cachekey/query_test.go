@@ -120,3 +120,35 @@ func TestIgnoredParamWithSemicolonKept(t *testing.T) {
 		t.Fatalf("AppendQuery = %q, want utm_source dropped", got)
 	}
 }
+
+// TestAppendForwardQuery: the query a cache fetch forwards lacks exactly
+// the parameters the key ignores, the others kept in order and raw.
+func TestAppendForwardQuery(t *testing.T) {
+	r, err := NewRules([]string{"utm_source", "fbclid"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		query, want string
+		dropped     bool
+	}{
+		{"", "", false},
+		{"b=2&a=1", "", false}, // nothing ignored: forwarded as it is
+		{"b=2&utm_source=x&a=1", "b=2&a=1", true},
+		{"utm_source=x", "", true},
+		{"utm_source", "", true},
+		{"fbclid=1&&b=%2F&utm_source=y&", "b=%2F", true},
+		{"utm_source=x;callback=evil&a=1", "", false}, // ';' keeps it in the key, so it is sent
+		{"UTM_SOURCE=x&utm%5Fsource=y", "", false},
+		{"a=utm_source", "", false},
+	} {
+		got, dropped := r.AppendForwardQuery([]byte("pre"), []byte(tt.query))
+		if string(got) != "pre"+tt.want || dropped != tt.dropped {
+			t.Errorf("AppendForwardQuery(%q) = %q, %v; want %q, %v", tt.query, got[3:], dropped, tt.want, tt.dropped)
+		}
+	}
+	var none *Rules
+	if got, dropped := none.AppendForwardQuery(nil, []byte("utm_source=x")); dropped || len(got) != 0 {
+		t.Errorf("nil rules dropped %q", got)
+	}
+}

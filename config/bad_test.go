@@ -193,6 +193,22 @@ cluster:
 			{15, "cluster.tls.ca_file", "required"},
 			{15, "cluster.tls.cert_file", "cannot load"},
 		}},
+		{"trusted proxies", `listen: :80
+origins: {a: {servers: [x:1]}}
+routes: [{name: r, hosts: ["*"], origin: a}]
+server:
+  trusted_proxies:
+    - 10.0.0.0/8
+    - 192.0.2.1
+    - ::ffff:10.1.0.0/112
+    - 10.0.0.0/33
+    - lb.internal
+    - fe80::1%eth0
+`, nil, []want{
+			{9, "server.trusted_proxies[3]", "not an IP address or CIDR"},
+			{10, "server.trusted_proxies[4]", "not an IP address or CIDR"},
+			{11, "server.trusted_proxies[5]", "zone"},
+		}},
 		{"origins", `listen: :80
 origins:
   API:

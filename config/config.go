@@ -236,6 +236,12 @@ type Server struct {
 	H2C bool `yaml:"h2c"`
 	// HTTP2Limits bounds each HTTP/2 connection (config/http2.go).
 	HTTP2Limits HTTP2Limits `yaml:"http2_limits"`
+	// TrustedProxies are the clients (CIDRs or bare IPs) whose
+	// X-Forwarded-For, -Proto, -Host and -Port shield extends instead of
+	// replacing: a load balancer in front of shield. Absent: no client is
+	// trusted, and every Forwarded and X-Forwarded-* field a client sends
+	// is replaced or removed (ParseTrustedProxy reads one entry).
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // ListenerTLS is the public listener's certificate.
@@ -408,8 +414,14 @@ type RouteCache struct {
 	// 9111 heuristic where allowed).
 	DefaultTTL time.Duration `yaml:"default_ttl"`
 	// IgnoreQuery lists query parameter names dropped from the cache key
-	// (e.g. utm_source). They are still forwarded to the origin.
+	// (e.g. utm_source). Cache fetches drop them too (ForwardIgnoredQuery).
 	IgnoreQuery []string `yaml:"ignore_query"`
+	// ForwardIgnoredQuery sends the IgnoreQuery parameters to the origin
+	// on cache fetches. Default false: a cache fetch drops them, so an
+	// origin that echoes one (utm_source) cannot let one request decide
+	// the answer stored for everybody. Pass-through requests (never
+	// stored) are forwarded as sent either way.
+	ForwardIgnoredQuery bool `yaml:"forward_ignored_query"`
 	// KeyHeaders lists request headers whose values are part of the key.
 	KeyHeaders []string `yaml:"key_headers"`
 	// StaleWhileRevalidate is the default RFC 5861 window when the origin

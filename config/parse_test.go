@@ -105,7 +105,7 @@ func TestFullConfig(t *testing.T) {
 		{"admin.listen", c.Admin.Listen, "off"},
 		{"log", c.Log, Log{Level: "debug", Format: "json", Access: AccessLog{Sample: 1}}},
 		{"server", c.Server, Server{ReadTimeout: 5 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: 2 * time.Minute,
-			MaxHeaderSize: 32 * KiB, MaxBodySize: 1 * MB, DrainTimeout: 30 * time.Second,
+			MaxHeaderSize: 32 * KiB, MaxBodySize: 1 * MB, DrainTimeout: 30 * time.Second, TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1"},
 			HTTP2: true, HTTP2Limits: HTTP2Limits{MaxConcurrentStreams: 100, MaxFrameSize: 16 * KiB, StreamWindow: 256 * KiB, ConnectionWindow: MiB}}},
 		{"cache", c.Cache, Cache{Size: GiB, MaxObjectSize: 16 * MiB, Path: "/var/lib/shield/cache", HitForMiss: 0,
 			MaxWaiters: 64, WaitTimeout: 3 * time.Second}},
@@ -234,6 +234,25 @@ func TestErrorFormat(t *testing.T) {
 	for _, tc := range tests {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestParseTrustedProxy: CIDRs are masked, bare IPs stand for themselves,
+// IPv4-mapped forms read as IPv4 (as client addresses are).
+func TestParseTrustedProxy(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.1.2.3/8": "10.0.0.0/8", "192.0.2.1": "192.0.2.1/32", "2001:db8::1": "2001:db8::1/128",
+		"::ffff:192.0.2.1": "192.0.2.1/32", "::ffff:10.0.0.0/104": "10.0.0.0/8", "0.0.0.0/0": "0.0.0.0/0",
+	} {
+		p, err := ParseTrustedProxy(in)
+		if err != nil || p.String() != want {
+			t.Errorf("ParseTrustedProxy(%q) = %v, %v; want %s", in, p, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "10.0.0.0/33", "::ffff:0.0.0.0/95", "fe80::1%eth0", "10.0.0.1/8/8"} {
+		if p, err := ParseTrustedProxy(in); err == nil {
+			t.Errorf("ParseTrustedProxy(%q) = %v, want an error", in, p)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -64,6 +65,11 @@ func (d *decoder) validate(c *Config) {
 	d.positive("server.drain_timeout", c.Server.DrainTimeout)
 	d.positiveSize("server.max_header_size", c.Server.MaxHeaderSize)
 	d.positiveSize("server.max_body_size", c.Server.MaxBodySize)
+	for i, tp := range c.Server.TrustedProxies {
+		if _, err := ParseTrustedProxy(tp); err != nil {
+			d.problem(fmt.Sprintf("server.trusted_proxies[%d]", i), "%v", err)
+		}
+	}
 	if t := c.Server.TLS; t != nil {
 		d.oneOf("server.tls.min_version", t.MinVersion, "1.2", "1.3")
 		d.keyPair("server.tls", t.CertFile, t.KeyFile, true)
@@ -273,6 +279,36 @@ func (d *decoder) checkShadowing(routes []*Route) {
 				r.Name, r.PathPrefix, strings.Join(names, ", "))
 		}
 	}
+}
+
+// ParseTrustedProxy reads one server.trusted_proxies entry: a CIDR
+// ("10.0.0.0/8", "2001:db8::/32") or a bare IP, which stands for itself
+// (/32 or /128). IPv4-mapped IPv6 forms are read as IPv4, as client
+// addresses are.
+func ParseTrustedProxy(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR: %w", s, err)
+		}
+		if p.Addr().Is4In6() {
+			bits := p.Bits() - 96
+			if bits < 0 {
+				return netip.Prefix{}, fmt.Errorf("%q: an IPv4-mapped prefix shorter than /96", s)
+			}
+			p = netip.PrefixFrom(p.Addr().Unmap(), bits)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR", s)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("%q: a zone is not allowed", s)
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 // coversPrefix reports whether every path under prefix b is also under a,

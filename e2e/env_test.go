@@ -258,11 +258,13 @@ func target(path string, kv ...string) string {
 
 // resource is the demo origin's JSON body.
 type resource struct {
-	Path  string            `json:"path"`
-	Query string            `json:"query"`
-	N     int64             `json:"n"`
-	Vary  map[string]string `json:"vary"`
-	Pad   string            `json:"pad"`
+	Path    string            `json:"path"`
+	URI     string            `json:"uri"`     // the request target as the origin received it
+	Headers map[string]string `json:"headers"` // with headers=1
+	Query   string            `json:"query"`
+	N       int64             `json:"n"`
+	Vary    map[string]string `json:"vary"`
+	Pad     string            `json:"pad"`
 }
 
 func decode(t *testing.T, r result) resource {

@@ -48,6 +48,11 @@ var (
 	hShieldGeneration = []byte("Shield-Generation")
 	hShieldTenant     = []byte("Shield-Tenant")
 	hShieldClientIP   = []byte("Shield-Client-Ip")
+	// hShieldForwarded says the edge set X-Forwarded-For, -Proto, -Host
+	// and -Port for its client (setForwarded): the owner forwards them.
+	// An edge without it (an older release) passed its client's on.
+	hShieldForwarded = []byte("Shield-Forwarded")
+	valueOne         = []byte("1")
 	// hShieldReadThrough asks the previous owner for a cached copy only.
 	hShieldReadThrough = []byte("Shield-Read-Through")
 )
@@ -314,7 +319,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.SetRequestURIBytes(src.Header.RequestURI())
 	conn := src.Header.PeekBytes(hConnection)
 	for k, val := range src.Header.All() {
-		if isHopByHop(k, conn) || isShieldHeader(k) || bytes.EqualFold(k, hContentLength) {
+		if isHopByHop(k, conn) || isShieldHeader(k) || isForwardedHeader(k) || bytes.EqualFold(k, hContentLength) {
 			continue
 		}
 		req.Header.AddBytesKV(k, val)
@@ -324,7 +329,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	req.Header.SetBytesKV(hShieldTenant, sc.tid)
 	req.Header.SetBytesKV(hShieldAuth, c.secret)
 	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
-	req.Header.SetBytesKV(hShieldClientIP, sc.tmp)
+	req.Header.SetBytesKV(hShieldClientIP, sc.tmp) // for owners from before Shield-Forwarded
+	setForwarded(&req.Header, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
+	req.Header.SetBytesKV(hShieldForwarded, valueOne)
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
@@ -419,10 +426,22 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("forbidden\n")
 			return
 		}
+		// A client's request — forwarded by an edge (Shield-Client-Ip)
+		// or read through (Shield-Read-Through) — arrives with the
+		// cluster secret too, and its path is the client's: it never
+		// reaches the peer protocol's endpoints, or any client could
+		// purge through an edge ("GET /__shield/purge?route=r"). The
+		// endpoints are matched on the raw path: Path() decodes %2F and
+		// removes dot segments.
+		client := len(h.PeekBytes(hShieldClientIP)) > 0 || len(h.PeekBytes(hShieldReadThrough)) > 0
+		endpoint := ""
+		if !client {
+			endpoint = string(ctx.Request.URI().PathOriginal())
+		}
 		// Purges, purge logs and usage go through whatever generation
 		// either side has: they must get through while views differ, and
 		// none depends on key ownership.
-		switch string(ctx.Path()) {
+		switch endpoint {
 		case purgePath:
 			p.peerPurge(ctx)
 			return
@@ -446,7 +465,7 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 			ctx.SetBodyString("misdirected: generation mismatch\n")
 			return
 		}
-		if string(ctx.Path()) == handoffPath {
+		if endpoint == handoffPath {
 			p.takeHandoff(ctx, c)
 			return
 		}

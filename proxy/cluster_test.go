@@ -12,6 +12,7 @@ import (
 
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -438,5 +439,123 @@ func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
 	}
 	if code, _ := admin(t, a.p, "POST", "/purge"); code != 400 {
 		t.Fatalf("purge without a target: %d, want 400", code)
+	}
+}
+
+// TestClusterForwardedFieldsFromEdge: the edge sets the forwarding fields
+// for its client — replacing a client's, extending a trusted proxy's —
+// and the key's owner sends them to the origin as the edge set them; the
+// owner's cache fetch drops the ignore_query parameters.
+func TestClusterForwardedFieldsFromEdge(t *testing.T) {
+	for _, trusted := range []bool{false, true} {
+		t.Run(map[bool]string{false: "untrusted", true: "trusted"}[trusted], func(t *testing.T) {
+			c := newTestCluster(t, clusterSetup{cfg: func(cfg *config.Config) {
+				cfg.Routes[0].Cache.IgnoreQuery = []string{"utm_source"}
+				if trusted {
+					cfg.Server.TrustedProxies = []string{"0.0.0.0/0", "::/0"}
+				}
+			}}, "a", "b")
+			a := c.node("a")
+			var seen fasthttp.RequestHeader
+			var uri string
+			c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {
+				ctx.Request.Header.CopyTo(&seen)
+				uri = string(ctx.Request.Header.RequestURI())
+				ctx.Response.Header.Set("Cache-Control", "max-age=60")
+			})
+			path := pathWhere(t, "xff", func(p string) bool { return a.owner(t, p+"?a=1") == "b" })
+			r := a.get(t, path+"?utm_source=evil&a=1", "X-Forwarded-For: 6.6.6.6", "X-Forwarded-Port: 1",
+				"X-Forwarded-Proto: https", "X-Forwarded-Host: evil.example", "X-Forwarded-Prefix: /evil", "Forwarded: for=6.6.6.6")
+			if r.code != 200 || !strings.HasSuffix(r.cacheStatus, "shield-edge; detail=peer-b") {
+				t.Fatalf("via a: %+v", r)
+			}
+			if uri != path+"?a=1" {
+				t.Errorf("the owner's fetch sent %q, want %q", uri, path+"?a=1")
+			}
+			xff := string(seen.Peek("X-Forwarded-For"))
+			want := map[string]string{"X-Forwarded-Prefix": "", "Forwarded": "", "Shield-Forwarded": ""}
+			if trusted {
+				if !strings.HasPrefix(xff, "6.6.6.6, ") || strings.Count(xff, ",") != 1 {
+					t.Errorf("X-Forwarded-For = %q, want the trusted proxy's chain and the address the edge saw", xff)
+				}
+				want["X-Forwarded-Port"], want["X-Forwarded-Proto"], want["X-Forwarded-Host"] = "1", "https", "evil.example"
+			} else {
+				if xff == "" || strings.Contains(xff, "6.6.6.6") || strings.Contains(xff, ",") {
+					t.Errorf("X-Forwarded-For = %q, want only the address the edge saw", xff)
+				}
+				want["X-Forwarded-Port"], want["X-Forwarded-Proto"], want["X-Forwarded-Host"] = "", "http", testHost
+			}
+			for name, v := range want {
+				if got := string(seen.Peek(name)); got != v {
+					t.Errorf("origin saw %s = %q, want %q", name, got, v)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterLegacyEdgeForwarded: an edge from before Shield-Forwarded
+// passed its client's forwarding fields on unchecked; the owner then
+// uses only the client address the edge saw (Shield-Client-Ip), as
+// before, and forwards none of the client's fields.
+func TestClusterLegacyEdgeForwarded(t *testing.T) {
+	legacy := func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		return func(ctx *fasthttp.RequestCtx) {
+			h := &ctx.Request.Header
+			if len(h.PeekBytes(hShieldForwarded)) > 0 {
+				h.DelBytes(hShieldForwarded)
+				h.Set("X-Forwarded-For", "6.6.6.6") // the client's, as an old edge sent them
+				h.Set("X-Forwarded-Port", "1")
+				h.Set("X-Forwarded-Host", "evil.example")
+			}
+			next(ctx)
+		}
+	}
+	c := newTestCluster(t, clusterSetup{handler: legacy}, "a", "b")
+	a := c.node("a")
+	var seen fasthttp.RequestHeader
+	c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {
+		ctx.Request.Header.CopyTo(&seen)
+		ctx.Response.Header.Set("Cache-Control", "no-store")
+	})
+	path := pathWhere(t, "legacy", func(p string) bool { return a.owner(t, p) == "b" })
+	if r := a.get(t, path); r.code != 200 || !strings.HasSuffix(r.cacheStatus, "shield-edge; detail=peer-b") {
+		t.Fatalf("via a: %+v", r)
+	}
+	for name, want := range map[string]string{"X-Forwarded-For": clientAddr.IP.String(), "X-Forwarded-Port": "",
+		"X-Forwarded-Host": testHost, "X-Forwarded-Proto": "http"} {
+		if got := string(seen.Peek(name)); got != want {
+			t.Errorf("origin saw %s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestClusterClientCannotReachPeerEndpoints: a public request whose path
+// is one of the peer protocol's (/__shield/purge, purgelog, usage,
+// handoff), however spelt, is a client request on the owner too: the
+// edge forwards it with the cluster secret, and the owner must not run
+// a purge (or hand out its purge log) for it.
+func TestClusterClientCannotReachPeerEndpoints(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{}, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	kept := pathWhere(t, "kept", func(p string) bool { return a.owner(t, p) == "b" })
+	if r := b.get(t, kept); r.code != 200 {
+		t.Fatalf("warm %s: %+v", kept, r)
+	}
+	for _, base := range []string{purgePath + "?route=r", purgePath + "?route=r&_id=1&_at=1", "/__shield%2Fpurge?route=r",
+		purgeLogPath + "?after=0", usagePath + "?x=1"} {
+		target := ""
+		for i := 0; target == ""; i++ {
+			if p := base + "&n=" + itoa(i); a.owner(t, p) == "b" {
+				target = p
+			}
+		}
+		r := a.get(t, target)
+		if strings.Contains(r.body, "purged") || strings.Contains(r.body, `"records"`) {
+			t.Errorf("GET %s via a reached b's peer endpoint: %+v", target, r)
+		}
+	}
+	if r := b.get(t, kept); !strings.HasPrefix(r.cacheStatus, "shield; hit") {
+		t.Fatalf("%s after the attempts: %+v, want still a hit (nothing purged)", kept, r)
 	}
 }

@@ -316,7 +316,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	se := p.decodeStale(staleCopy, ctx.Time())
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	buildUpstream(req, ctx, true, sc.fromPeer, se)
+	buildUpstream(req, ctx, rte, true, sc.fromPeer, rt.trusts(ctx), se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, tenant: sc.tenant, req: req, stale: se, primary: sc.key, flightKey: sc.flightKey(),
 		urlDigest: sc.urlDigest(), hasAuth: hasAuth, prev: sc.prevOwner, tid: sc.tid, client: ctx})
@@ -431,7 +431,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 	}
 	se := p.decodeStale(staleCopy, ctx.Time())
 	req := fasthttp.AcquireRequest()
-	buildUpstream(req, ctx, true, sc.fromPeer, se)
+	buildUpstream(req, ctx, rte, true, sc.fromPeer, rt.trusts(ctx), se)
 	primary, flightKey, urlDigest := bytes.Clone(sc.key), bytes.Clone(key), sc.urlDigest()
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	p.bgWG.Add(1)

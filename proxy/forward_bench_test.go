@@ -11,8 +11,8 @@ import (
 // forwardedHit starts a two-node harness cluster, warms a key that b
 // owns and returns a GET of it through a (client → edge → owner), one
 // request and response reused by every call.
-func forwardedHit(tb testing.TB) (do func()) {
-	c := newTestCluster(tb, clusterSetup{}, "a", "b")
+func forwardedHit(tb testing.TB, setup clusterSetup, headers ...string) (do func()) {
+	c := newTestCluster(tb, setup, "a", "b")
 	a := c.node("a")
 	path := pathWhere(tb, "fwd", func(p string) bool { return a.owner(tb, p) == "b" })
 	if r := a.get(tb, path); r.code != 200 {
@@ -25,6 +25,9 @@ func forwardedHit(tb testing.TB) (do func()) {
 	})
 	req.SetRequestURI(path)
 	req.Header.SetHost(testHost)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
 	return func() {
 		if err := a.client.DoTimeout(req, resp, 5*time.Second); err != nil || resp.StatusCode() != 200 {
 			tb.Fatalf("forwarded hit: %v %d", err, resp.StatusCode())
@@ -37,7 +40,7 @@ func forwardedHit(tb testing.TB) (do func()) {
 // listener, over in-memory connections. allocs/op counts the whole
 // exchange (client, edge and owner).
 func BenchmarkForwardedHit(b *testing.B) {
-	do := forwardedHit(b)
+	do := forwardedHit(b, clusterSetup{})
 	b.ReportAllocs()
 	for b.Loop() {
 		do()

@@ -63,6 +63,8 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/r", "example.com", "Range: bytes=0-1\nCache-Control: no-cache", nil},
 		{"GET", "/c", "example.com", "Connection: X-V, Authorization\nX-V: hop", nil},
 		{"GET", "/%2e%2e/x", "example.com", "X-HTTP-Method-Override: DELETE", nil},
+		{"GET", "/@scope%2fname?utm_source=x", "example.com", "X-Forwarded-Port: 1\nX-Forwarded-For: 6.6.6.6", nil},
+		{"GET", "/p%2F..%2Fx", "example.com", "", nil},
 		{"GET", "/s", "example.com", "Shield-Tenant: acme\nShield-Auth: x\nShield-Generation: 1", nil},
 	} {
 		f.Add(s.method, s.uri, s.host, s.headers, s.body)

@@ -25,6 +25,7 @@ var (
 	hXForwardedFor  = []byte("X-Forwarded-For")
 	hXForwardedHost = []byte("X-Forwarded-Host")
 	hXForwardedProt = []byte("X-Forwarded-Proto")
+	hXForwardedPort = []byte("X-Forwarded-Port")
 
 	viaValue = []byte("1.1 shield")
 )
@@ -72,13 +73,20 @@ func listContains(list, tok []byte) bool {
 	return false
 }
 
-// isForwardedHeader reports the X-Forwarded-* fields shield sets itself:
-// values from clients are dropped so they cannot be spoofed to the origin.
+// isForwardedHeader reports Forwarded and every X-Forwarded-* field:
+// none a client sent is copied to an upstream request; setForwarded
+// writes the ones shield vouches for.
 func isForwardedHeader(name []byte) bool {
-	return bytes.EqualFold(name, hXForwardedFor) ||
-		bytes.EqualFold(name, hXForwardedHost) ||
-		bytes.EqualFold(name, hXForwardedProt) ||
+	const prefix = "X-Forwarded-"
+	return (len(name) > len(prefix) && bytes.EqualFold(name[:len(prefix)], []byte(prefix))) ||
 		bytes.EqualFold(name, []byte("Forwarded"))
+}
+
+// isEdgeForwarded reports the forwarding fields an edge node sets for
+// the key's owner (setForwarded), which the owner forwards as they are.
+func isEdgeForwarded(name []byte) bool {
+	return bytes.EqualFold(name, hXForwardedFor) || bytes.EqualFold(name, hXForwardedProt) ||
+		bytes.EqualFold(name, hXForwardedHost) || bytes.EqualFold(name, hXForwardedPort)
 }
 
 // notStored are response fields never written into a cache entry: they

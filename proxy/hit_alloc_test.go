@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/breaker"
+	"github.com/shield-proxy/shield/config"
 )
 
 // TestHitAllocs asserts the hot path allocates nothing: a cache HIT
@@ -107,13 +108,20 @@ func TestRangeHitAllocs(t *testing.T) {
 // TestForwardedHitAllocs: a hit on the key's owner reached through
 // another node allocates nothing, counted over the whole exchange
 // (client, edge, owner) as BenchmarkForwardedHit does.
+// The edge's forwarding fields cost nothing either, also when it extends
+// a trusted proxy's.
 func TestForwardedHitAllocs(t *testing.T) {
-	do := forwardedHit(t)
-	for range 100 { // pools and connections warm
-		do()
-	}
-	if n := testing.AllocsPerRun(1000, do); n != 0 {
-		t.Errorf("forwarded hit: %v allocs, want 0", n)
+	trusted := clusterSetup{cfg: func(c *config.Config) { c.Server.TrustedProxies = []string{"0.0.0.0/0", "::/0"} }}
+	for name, do := range map[string]func(){
+		"plain":         forwardedHit(t, clusterSetup{}),
+		"trusted proxy": forwardedHit(t, trusted, "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-Proto", "https"),
+	} {
+		for range 100 { // pools and connections warm
+			do()
+		}
+		if n := testing.AllocsPerRun(1000, do); n != 0 {
+			t.Errorf("forwarded hit, %s: %v allocs, want 0", name, n)
+		}
 	}
 }
 

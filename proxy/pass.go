@@ -110,7 +110,7 @@ func (p *Proxy) bypass(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant
 func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenant, fromPeer bool, cs cacheStatus) result {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	buildUpstream(req, ctx, false, fromPeer, nil)
+	buildUpstream(req, ctx, rte, false, fromPeer, p.rt.Load().trusts(ctx), nil)
 	resp := fasthttp.AcquireResponse()
 	tok := watchHints(req, ctx, rte.origin.maxHints)
 	l, ok, fl := rte.origin.call(t, req, resp)

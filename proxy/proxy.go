@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"reflect"
 	"strings"
@@ -94,6 +95,28 @@ type runtimeConfig struct {
 	idHeader []byte            // tenant from this request header, or
 	apiKeyH  []byte            // an API key in this header,
 	apiKeys  map[string][]byte // mapped to a tenant name
+
+	// trusted are the clients whose forwarding fields are extended
+	// (server.trusted_proxies); empty: none.
+	trusted []netip.Prefix
+}
+
+// trusts reports whether the client of ctx is a trusted proxy.
+func (rt *runtimeConfig) trusts(ctx *fasthttp.RequestCtx) bool {
+	if len(rt.trusted) == 0 {
+		return false
+	}
+	a, ok := netip.AddrFromSlice(ctx.RemoteIP())
+	if !ok {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range rt.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // route is a route's runtime form.
@@ -112,6 +135,9 @@ type route struct {
 	// first present wins; forwardTargeted passes them on to clients.
 	targeted        [][]byte
 	forwardTargeted bool
+	// forwardIgnored sends the query parameters the key ignores on cache
+	// fetches too (by default they are dropped: upstreamTarget).
+	forwardIgnored bool
 	// codings is the Accept-Encoding preference requests are reduced to
 	// (nil: forwarded as sent).
 	codings [][]byte
@@ -185,6 +211,13 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 	if a := cfg.Log.Access; a.Enabled && a.Sample > 0 {
 		rt.accessEvery = uint64(1/a.Sample + 0.5)
 	}
+	for _, tp := range cfg.Server.TrustedProxies {
+		pfx, err := config.ParseTrustedProxy(tp)
+		if err != nil {
+			return fmt.Errorf("server.trusted_proxies: %w", err)
+		}
+		rt.trusted = append(rt.trusted, pfx)
+	}
 	if err := p.compileTenants(rt, cfg, now); err != nil {
 		return err
 	}
@@ -254,6 +287,7 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 			r.targeted = append(r.targeted, []byte(h))
 		}
 		r.forwardTargeted = rc.Cache.ForwardTargeted
+		r.forwardIgnored = rc.Cache.ForwardIgnoredQuery
 		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" {
 			for _, c := range ae {
 				r.codings = append(r.codings, []byte(strings.ToLower(c)))

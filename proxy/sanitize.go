@@ -21,9 +21,11 @@ import (
 //     cannot feed a key header, a tenant header or a Vary value.
 //   - Host is rewritten to its canonical form (lower case, no trailing
 //     dot, no default port), the form the key uses, before routing.
-//   - Paths with dot segments or encoded slashes, dots or backslashes are
-//     400: an origin that resolves them would serve another path than
-//     the one routed and keyed ("/public/../private/me").
+//   - Paths with dot segments (plain or encoded, "/public/%2e%2e/me") or
+//     backslashes (plain or encoded) are 400: an origin that resolves
+//     them would serve another path than the one routed and keyed
+//     ("/public/../private/me"). Encoded slashes are ordinary: they are
+//     routed, keyed and forwarded as sent (cleanPath, routing's path.go).
 
 // sanitize applies the rules above; msg is non-empty when the request
 // must be refused. It does not allocate for ordinary requests.
@@ -56,7 +58,7 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 		h.SetHostBytes(canon)
 	}
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
-		return "path with dot segments or encoded separators"
+		return "path with dot segments or backslashes"
 	}
 	return ""
 }
@@ -83,42 +85,42 @@ func isConnectionOption(tok []byte) bool {
 	return bytes.EqualFold(tok, []byte("close")) || bytes.EqualFold(tok, []byte("keep-alive"))
 }
 
-// cleanPath reports whether p has no "." or ".." segment, in plain or
-// percent-encoded form, and no encoded '/', '\\' or '.', nor a raw '\\'.
+// cleanPath reports whether p has no "." or ".." segment and no
+// backslash. Dots count plain or encoded (%2E), and segments end at '/'
+// and at an encoded slash (%2F): an origin that decodes %2F reads
+// "/a%2F..%2Fb" as "/a/../b". Backslashes count plain or encoded (%5C),
+// which some origins read as '/'. Encoded slashes themselves are
+// ordinary path characters (routing's path.go says how they route).
 func cleanPath(p []byte) bool {
 	if bytes.IndexByte(p, '\\') >= 0 {
 		return false
 	}
-	if i := bytes.IndexByte(p, '%'); i >= 0 {
-		for ; i >= 0 && i+2 < len(p); i = indexFrom(p, '%', i+1) {
+	dots := 0 // the current segment's length if it is all dots, else -1
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '%' && i+2 < len(p) {
 			switch c1, c2 := p[i+1], p[i+2]|0x20; {
-			case c1 == '2' && (c2 == 'f' || c2 == 'e'), c1 == '5' && c2 == 'c':
+			case c1 == '5' && c2 == 'c':
 				return false
+			case c1 == '2' && c2 == 'f':
+				c, i = '/', i+2
+			case c1 == '2' && c2 == 'e':
+				c, i = '.', i+2
 			}
 		}
-	}
-	for start := 0; start <= len(p); {
-		end := indexFrom(p, '/', start)
-		if end < 0 {
-			end = len(p)
+		switch {
+		case c == '/':
+			if dots == 1 || dots == 2 {
+				return false
+			}
+			dots = 0
+		case c == '.' && dots >= 0:
+			dots++
+		default:
+			dots = -1
 		}
-		seg := p[start:end]
-		if (len(seg) == 1 && seg[0] == '.') || (len(seg) == 2 && seg[0] == '.' && seg[1] == '.') {
-			return false
-		}
-		start = end + 1
 	}
-	return true
-}
-
-func indexFrom(p []byte, c byte, from int) int {
-	if from >= len(p) {
-		return -1
-	}
-	if i := bytes.IndexByte(p[from:], c); i >= 0 {
-		return from + i
-	}
-	return -1
+	return dots != 1 && dots != 2
 }
 
 // isTokenBytes reports whether b is a non-empty RFC 9110 token.

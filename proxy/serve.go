@@ -100,7 +100,12 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 		p.generated(ctx, fasthttp.StatusBadRequest, msg)
 		return
 	}
-	r := rt.table.Match(h.Host(), ctx.Request.URI().PathOriginal())
+	r, err := rt.table.Resolve(h.Host(), ctx.Request.URI().PathOriginal())
+	if err != nil {
+		p.g.badRequests.Inc()
+		p.generated(ctx, fasthttp.StatusBadRequest, "an encoded slash (%2F) in the path changes its route")
+		return
+	}
 	if r == nil {
 		p.g.unrouted.Inc()
 		p.generated(ctx, fasthttp.StatusNotFound, "no route for this host and path")

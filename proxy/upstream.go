@@ -14,9 +14,10 @@ import (
 // Headers forwarded to the origin: every end-to-end request field the
 // client sent, except
 //   - hop-by-hop fields and those named in Connection (RFC 9110 §7.6.1);
-//   - Forwarded and X-Forwarded-*, which shield sets itself
-//     (X-Forwarded-For = the client address, X-Forwarded-Proto,
-//     X-Forwarded-Host), so clients cannot spoof them;
+//   - Forwarded and every X-Forwarded-* field: shield sets X-Forwarded-For,
+//     -Proto and -Host itself (setForwarded), so clients cannot spoof
+//     them or slip other unkeyed ones (X-Forwarded-Port, -Prefix) to the
+//     origin; only a configured trusted proxy's are extended;
 //   - on a cache fetch, the client's conditional fields (shield fetches
 //     a full response to store and answers the client's conditional
 //     itself) and URL/method rewrite fields (see rewriteHeaders).
@@ -27,20 +28,31 @@ var conditionalHeaders = [][]byte{
 	[]byte("If-Unmodified-Since"), []byte("If-Range"),
 }
 
-// buildUpstream fills req from the client request. fromPeer marks a
-// request forwarded by another node (its client address travels in
-// Shield-Client-Ip). forCache marks a fetch
-// on behalf of the cache: HEAD becomes GET (so the answer can be stored
-// and serve both), client conditionals are dropped, and se's validators,
-// if any, make the request conditional.
-func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fromPeer bool, se *entry) {
+// buildUpstream fills req from the client request for route rte.
+// fromPeer marks a request forwarded by another node (which set the
+// forwarding fields: Shield-Forwarded); trusted, a client that is a
+// trusted proxy (setForwarded). forCache marks a fetch on behalf of the
+// cache: HEAD becomes GET (so the answer can be stored and serve both),
+// the query loses the parameters the key ignores (upstreamTarget), client
+// conditionals are dropped, and se's validators, if any, make the request
+// conditional.
+func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, forCache, fromPeer, trusted bool, se *entry) {
 	src := &ctx.Request
 	if forCache && src.Header.IsHead() {
 		req.Header.SetMethod(fasthttp.MethodGet)
 	} else {
 		req.Header.SetMethodBytes(src.Header.Method())
 	}
-	req.SetRequestURIBytes(src.Header.RequestURI())
+	var buf [256]byte
+	target, dropped := buf[:0], false
+	if forCache {
+		target, dropped = upstreamTarget(target, src, rte)
+	}
+	if dropped {
+		req.SetRequestURIBytes(target)
+	} else {
+		req.SetRequestURIBytes(src.Header.RequestURI())
+	}
 	conn := src.Header.PeekBytes(hConnection)
 	var via []byte
 	for k, v := range src.Header.All() {
@@ -58,19 +70,27 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fr
 	}
 	req.Header.SetHostBytes(src.Header.Host())
 	req.Header.SetBytesKV(hVia, append(via, viaValue...))
-	// The client's address; for a forwarded request, as the edge saw it.
-	if ip := src.Header.PeekBytes(hShieldClientIP); fromPeer && len(ip) > 0 {
-		req.Header.SetBytesKV(hXForwardedFor, ip)
-	} else {
+	switch {
+	case fromPeer && len(src.Header.PeekBytes(hShieldForwarded)) > 0:
+		// The edge set them for its client, trusted or not: kept.
+		for k, v := range src.Header.All() {
+			if isEdgeForwarded(k) {
+				req.Header.AddBytesKV(k, v)
+			}
+		}
+	case fromPeer:
+		// An edge from before Shield-Forwarded sends its client's fields
+		// unchecked: only the address it saw is used.
+		ip := src.Header.PeekBytes(hShieldClientIP)
 		var ipBuf [64]byte
-		req.Header.SetBytesKV(hXForwardedFor, appendRemoteIP(ipBuf[:0], ctx))
+		if len(ip) == 0 {
+			ip = appendRemoteIP(ipBuf[:0], ctx)
+		}
+		setForwarded(&req.Header, &src.Header, ip, ctx.IsTLS(), false)
+	default:
+		var ipBuf [64]byte
+		setForwarded(&req.Header, &src.Header, appendRemoteIP(ipBuf[:0], ctx), ctx.IsTLS(), trusted)
 	}
-	if ctx.IsTLS() {
-		req.Header.SetBytesKV(hXForwardedProt, schemeHTTPS)
-	} else {
-		req.Header.SetBytesKV(hXForwardedProt, schemeHTTP)
-	}
-	req.Header.SetBytesKV(hXForwardedHost, src.Header.Host())
 	if se != nil {
 		if len(se.etag) > 0 {
 			req.Header.SetBytesKV(hIfNoneMatch, se.etag)
@@ -82,6 +102,69 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, forCache, fr
 	if !forCache {
 		req.SetBody(src.Body())
 	}
+}
+
+// setForwarded sets X-Forwarded-For, -Proto and -Host (and -Port) on dst,
+// an upstream request that got none of the client's Forwarded and
+// X-Forwarded-* fields, for a client at ip. From a trusted proxy they
+// speak for the proxy's own client: its X-Forwarded-For gains ip, and its
+// X-Forwarded-Proto, -Host and -Port are kept. Anyone else's are replaced:
+// ip, the listener's scheme and the request's Host.
+func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool) {
+	var buf [128]byte
+	xff := buf[:0]
+	var proto, host, port []byte
+	if trusted {
+		for k, v := range src.All() {
+			switch {
+			case bytes.EqualFold(k, hXForwardedFor):
+				if len(v) > 0 {
+					xff = append(append(xff, v...), ", "...)
+				}
+			case bytes.EqualFold(k, hXForwardedProt):
+				proto = v
+			case bytes.EqualFold(k, hXForwardedHost):
+				host = v
+			case bytes.EqualFold(k, hXForwardedPort):
+				port = v
+			}
+		}
+	}
+	dst.SetBytesKV(hXForwardedFor, append(xff, ip...))
+	switch {
+	case proto != nil:
+	case tls:
+		proto = schemeHTTPS
+	default:
+		proto = schemeHTTP
+	}
+	dst.SetBytesKV(hXForwardedProt, proto)
+	if host == nil {
+		host = src.Host()
+	}
+	dst.SetBytesKV(hXForwardedHost, host)
+	if port != nil {
+		dst.SetBytesKV(hXForwardedPort, port)
+	}
+}
+
+// upstreamTarget appends the target of a cache fetch to dst: the client's
+// path (raw) and query without the parameters the route's key ignores
+// (cachekey.Rules.AppendForwardQuery), unless the route forwards them.
+// ok is false when that is the client's target as sent. Only a cache
+// fetch drops them: its answer is stored under a key without them, so
+// none may reach the origin (which might echo it into the answer).
+func upstreamTarget(dst []byte, src *fasthttp.Request, rte *route) (t []byte, ok bool) {
+	if rte.forwardIgnored || rte.rules == nil {
+		return dst, false
+	}
+	uri := src.URI()
+	dst = append(append(dst, uri.PathOriginal()...), '?')
+	t, ok = rte.rules.AppendForwardQuery(dst, uri.QueryString())
+	if ok && len(t) == len(dst) {
+		t = t[:len(dst)-1] // every parameter dropped: no '?'
+	}
+	return t, ok
 }
 
 // rewriteHeaders are fields some origin frameworks honour to change the

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // hopRequestHeaders are request fields a proxy must not forward (RFC 9110
@@ -139,6 +141,11 @@ func TestForwardedHeaders(t *testing.T) {
 			"X-Forwarded-Host: evil.example",
 			"X-Forwarded-Proto: https",
 			"Forwarded: for=6.6.6.6",
+			"X-Forwarded-Port: 1",
+			"X-Forwarded-Prefix: /evil",
+			"X-Forwarded-Ssl: on",
+			"X-Forwarded-Scheme: https",
+			"x-forwarded-server: evil",
 			"Via: 1.0 edge",
 		))
 		if via := string(ctx.Response.Header.Peek("Via")); via != "1.1 upstream, 1.1 shield" {
@@ -160,8 +167,44 @@ func TestForwardedHeaders(t *testing.T) {
 			t.Errorf("origin saw %s = %q, want %q", name, got, vals)
 		}
 	}
-	if got := h.Values("Forwarded"); len(got) != 0 {
-		t.Errorf("origin saw the client's Forwarded %q, want it dropped", got)
+	for _, name := range []string{"Forwarded", "X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Ssl", "X-Forwarded-Scheme", "X-Forwarded-Server"} {
+		if got := h.Values(name); len(got) != 0 {
+			t.Errorf("origin saw the client's %s %q, want it dropped", name, got)
+		}
+	}
+}
+
+// TestTrustedProxyForwarding: a client in server.trusted_proxies speaks
+// for its own client: X-Forwarded-For gains its address, its -Proto,
+// -Host and -Port are kept, the other forwarding fields still dropped; a
+// client outside the list gets them replaced.
+func TestTrustedProxyForwarding(t *testing.T) {
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "no-store")
+	})
+	hdrs := []string{"X-Forwarded-For: 198.51.100.1", "X-Forwarded-For: 198.51.100.2", "X-Forwarded-Proto: https",
+		"X-Forwarded-Host: www.example", "X-Forwarded-Port: 443", "X-Forwarded-Prefix: /evil", "Forwarded: for=x"}
+	for _, tt := range []struct {
+		trusted []string
+		want    map[string]string
+	}{
+		{[]string{"203.0.113.0/24"}, map[string]string{"X-Forwarded-For": "198.51.100.1, 198.51.100.2, 203.0.113.7",
+			"X-Forwarded-Proto": "https", "X-Forwarded-Host": "www.example", "X-Forwarded-Port": "443"}},
+		{[]string{"203.0.113.7", "10.0.0.0/8"}, map[string]string{"X-Forwarded-For": "198.51.100.1, 198.51.100.2, 203.0.113.7"}},
+		{[]string{"10.0.0.0/8", "::1"}, map[string]string{"X-Forwarded-For": "203.0.113.7",
+			"X-Forwarded-Proto": "http", "X-Forwarded-Host": testHost, "X-Forwarded-Port": ""}},
+	} {
+		p := newTestProxy(t, o.addr(), func(c *config.Config) { c.Server.TrustedProxies = tt.trusted })
+		serve(p, get(t, "/t", hdrs...))
+		h := o.last(t).header
+		for name, v := range tt.want {
+			if got := strings.Join(h.Values(name), "|"); got != v {
+				t.Errorf("trusted %v: origin saw %s = %q, want %q", tt.trusted, name, got, v)
+			}
+		}
+		if got := h.Values("X-Forwarded-Prefix"); len(got) != 0 || len(h.Values("Forwarded")) != 0 {
+			t.Errorf("trusted %v: origin saw X-Forwarded-Prefix %q or Forwarded, want both dropped", tt.trusted, got)
+		}
 	}
 }
 

@@ -37,3 +37,15 @@ func TestHotPathAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestMatchAllocs: routing a request allocates nothing, whatever its
+// spelling (percent-encoding, encoded slashes).
+func TestMatchAllocs(t *testing.T) {
+	tab := spellingTable(t, true)
+	for _, path := range []string{"/admin/x", "/%61dmin/x", "/api/v1/a%2Fb", "/api%2Fv1/x"} {
+		allocs := testing.AllocsPerRun(1000, func() { _, _ = tab.Resolve([]byte("Host.example:80"), []byte(path)) })
+		if allocs != 0 {
+			t.Errorf("Resolve(%q) = %v allocs/op, want 0", path, allocs)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,6 +21,9 @@ type Route struct {
 	Name       string
 	Index      int
 	PathPrefix string
+	// match is PathPrefix in its matching form, slashed the same with
+	// %2F read as '/' (path.go).
+	match, slashed string
 }
 
 // Table maps a request's host and path to a route. It is immutable after
@@ -27,11 +31,15 @@ type Route struct {
 //
 // Matching: routes are tried in configuration order; a route matches when
 // one of its hosts equals the request host (case-insensitive, port
-// ignored) or is "*", and the path starts with its prefix. The first
-// match wins, so "*" routes after exact-host routes act as fallbacks.
+// ignored) or is "*", and the path starts with its prefix, both in their
+// matching form (path.go). The first match wins, so "*" routes after
+// exact-host routes act as fallbacks.
 type Table struct {
 	byHost map[string][]*Route // exact host → routes naming it or "*", in order
 	any    []*Route            // routes with "*", in order (for hosts not in byHost)
+	// longest is the length of the longest prefix in matching form: no
+	// more of a path's matching form is ever compared.
+	longest int
 }
 
 // maxHostLen bounds the host we normalise on the stack; longer hosts
@@ -50,7 +58,10 @@ func NewTable(specs []RouteSpec) (*Table, error) {
 		if len(s.Hosts) == 0 {
 			return nil, fmt.Errorf("routing: route %q: no hosts", s.Name)
 		}
-		routes[i] = &Route{Name: s.Name, Index: i, PathPrefix: s.PathPrefix}
+		m := string(AppendMatchForm(nil, []byte(s.PathPrefix), -1))
+		sl := string(appendForm(nil, []byte(s.PathPrefix), -1, true))
+		routes[i] = &Route{Name: s.Name, Index: i, PathPrefix: s.PathPrefix, match: m, slashed: sl}
+		t.longest = max(t.longest, len(m))
 		for _, h := range s.Hosts {
 			if h == "" {
 				return nil, errors.New("routing: route " + s.Name + ": empty host")
@@ -88,10 +99,20 @@ func NewTable(specs []RouteSpec) (*Table, error) {
 	return t, nil
 }
 
-// Match returns the route for host and path, or nil. host is the Host
-// header as received (any case, optional port); path is the raw request
-// path. Match does not retain either slice and does not allocate.
+// Match returns the route for host and path, or nil (also for a path
+// Resolve refuses). host is the Host header as received (any case,
+// optional port); path is the raw request path. Match does not retain
+// either slice.
 func (t *Table) Match(host, path []byte) *Route {
+	r, _ := t.Resolve(host, path)
+	return r
+}
+
+// Resolve is Match that tells a path without a route (nil, nil) from
+// one whose route depends on how its encoded slashes are read (nil,
+// ErrAmbiguousPath). It does not allocate unless a route prefix is
+// longer than formBuf in matching form.
+func (t *Table) Resolve(host, path []byte) (*Route, error) {
 	var buf [maxHostLen]byte
 	h := hostOnly(host)
 	candidates := t.any
@@ -102,8 +123,44 @@ func (t *Table) Match(host, path []byte) *Route {
 			candidates = list
 		}
 	}
+	if bytes.IndexByte(path, '%') < 0 {
+		return first(candidates, path, false), nil // already in matching form
+	}
+	return t.resolveEncoded(candidates, path)
+}
+
+// formBuf is the stack space for a path's matching form.
+const formBuf = 512
+
+// resolveEncoded matches a path holding percent-encoding (path.go). It is
+// apart so the common path's frame stays small.
+//
+//go:noinline
+func (t *Table) resolveEncoded(candidates []*Route, path []byte) (*Route, error) {
+	var buf [formBuf]byte
+	dst := buf[:0]
+	if t.longest > formBuf {
+		dst = make([]byte, 0, t.longest)
+	}
+	r := first(candidates, appendForm(dst, path, t.longest, false), false)
+	if !hasEncodedSlash(path) {
+		return r, nil
+	}
+	if first(candidates, appendForm(dst[:0], path, t.longest, true), true) != r {
+		return nil, ErrAmbiguousPath
+	}
+	return r, nil
+}
+
+// first returns the first candidate whose prefix starts the matching form
+// m, or nil; slashed compares the prefixes' slashed form.
+func first(candidates []*Route, m []byte, slashed bool) *Route {
 	for _, r := range candidates {
-		if hasPrefix(path, r.PathPrefix) {
+		prefix := r.match
+		if slashed {
+			prefix = r.slashed
+		}
+		if hasPrefix(m, prefix) {
 			return r
 		}
 	}

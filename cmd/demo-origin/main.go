@@ -4,10 +4,11 @@
 //
 // Every path outside /__origin/ answers 200 with a JSON body
 //
-//	{"path":..., "query":..., "n":<per-path count>, "time":<RFC3339Nano>, "vary":{...}}
+//	{"path":..., "uri":..., "query":..., "n":<per-path count>, "time":<RFC3339Nano>, "vary":{...}}
 //
 // whose "n" and "time" change on every request, so a client can tell a
-// cached answer from a fresh one. Query parameters shape the response:
+// cached answer from a fresh one; "path" is decoded, "uri" the request
+// target exactly as received. Query parameters shape the response:
 //
 //	cc=<Cache-Control>   default "public, max-age=60"; "cc=" sends no Cache-Control
 //	status=<code>        response status (200..599)
@@ -24,6 +25,7 @@
 //	hints=<n>            n × 103 Early Hints (Link: </style.css>) before the answer
 //	hintpad=<bytes>      each 103 also carries X-Pad: that many bytes
 //	interim=<c[,c]>      unsolicited 1xx heads (100, 102, 104, …) before the 103s
+//	headers=1            echoes every request field in "headers" (name: values joined by ", ")
 //
 // If-None-Match matching the current ETag (with etag=1), or If-Modified-Since
 // not before Last-Modified (with lm=1 and no If-None-Match), answers 304.

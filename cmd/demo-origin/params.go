@@ -43,6 +43,7 @@ type params struct {
 	earlyHints   int   // 103 Early Hints sent before the answer
 	hintPad      int   // bytes of X-Pad in each 103
 	interim      []int // other 1xx sent first
+	headers      bool  // echo every request field in "headers"
 }
 
 // parseParams reads the shaping parameters; unknown parameters are
@@ -80,6 +81,7 @@ func parseParams(q url.Values) (params, error) {
 			p.vary = append(p.vary, http.CanonicalHeaderKey(name))
 		}
 	}
+	p.headers = q.Get("headers") == "1"
 	if v := q.Get("expires"); v != "" {
 		secs, err := intIn(v, -1e9, 1e9)
 		if err != nil {

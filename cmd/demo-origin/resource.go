@@ -36,11 +36,14 @@ const slowInterval = 100 * time.Millisecond
 // resource is the JSON body of every non-control answer.
 type resource struct {
 	Path  string            `json:"path"`
+	URI   string            `json:"uri"`
 	Query string            `json:"query"`
 	N     int64             `json:"n"`
 	Time  string            `json:"time"`
 	Vary  map[string]string `json:"vary"`
-	Pad   *string           `json:"pad,omitempty"`
+	// Headers holds every request field with headers=1.
+	Headers map[string]string `json:"headers,omitempty"`
+	Pad     *string           `json:"pad,omitempty"`
 }
 
 // serveResource answers a counted request; n is its per-path number.
@@ -111,12 +114,21 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 	for _, name := range p.vary {
 		echo[name] = strings.Join(r.Header.Values(name), ", ")
 	}
+	var headers map[string]string
+	if p.headers {
+		headers = make(map[string]string, len(r.Header))
+		for name, vs := range r.Header {
+			headers[name] = strings.Join(vs, ", ")
+		}
+	}
 	body := buildBody(resource{
-		Path:  r.URL.Path,
-		Query: r.URL.RawQuery,
-		N:     n,
-		Time:  now.Format(timeLayout),
-		Vary:  echo,
+		Path:    r.URL.Path,
+		URI:     r.RequestURI,
+		Headers: headers,
+		Query:   r.URL.RawQuery,
+		N:       n,
+		Time:    now.Format(timeLayout),
+		Vary:    echo,
 	}, p.size)
 	h.Set("Content-Type", "application/json")
 	if !p.chunked {
