@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -40,6 +41,12 @@ type scratch struct {
 	prevOwner *peerClient // the key's previous owner, inside the overlap window
 	urlLen    int         // key[:urlLen] names the URL (cachekey.AppendURL)
 	ranges    []byteRange // Range parsing (buffer only)
+
+	// A hit's head: the entry's prepared head plus the hit's own fields,
+	// read into the response through rd and br (serveHead).
+	head []byte
+	rd   bytes.Reader
+	br   *bufio.Reader
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -56,8 +63,14 @@ func (sc *scratch) reset() {
 // and Vary variant of one URL shares it.
 func (sc *scratch) urlDigest() uint64 { return cachekey.Digest(sc.key[:sc.urlLen]) }
 
+// headReadSize bounds the head a hit reads in one block; larger heads
+// (rare: many or long stored fields) are written field by field.
+const headReadSize = 4096
+
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, 256), vkey: make([]byte, 0, 256), tmp: make([]byte, 0, 64)}
+	sc := &scratch{key: make([]byte, 0, 256), vkey: make([]byte, 0, 256), tmp: make([]byte, 0, 64), head: make([]byte, 0, 1024)}
+	sc.br = bufio.NewReaderSize(&sc.rd, headReadSize)
+	return sc
 }}
 
 // Fixed Cache-Status values (RFC 9211). "shield" is the cache's name.
@@ -408,13 +421,15 @@ var (
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
-	writeEntryHeaders(resp, e, notModified)
-	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
-	resp.Header.SetBytesKV(hAge, sc.tmp)
 	ttl := (time.Duration(e.lifetime) - age) / time.Second
-	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
-	resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
-	sc.peerTags(resp, e)
+	if notModified || !sc.serveHead(resp, e, age, ttl, csPrefix) {
+		writeEntryHeaders(resp, e, notModified)
+		sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
+		resp.Header.SetBytesKV(hAge, sc.tmp)
+		sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
+		resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
+		sc.peerTags(resp, e)
+	}
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
 		resp.SwapBody(b[:0])
@@ -448,14 +463,58 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 // this field, and never passes it on.
 var hShieldTags = []byte("Shield-Tags")
 
+// peerTags sets Shield-Tags on an answer to a peer.
 func (sc *scratch) peerTags(resp *fasthttp.Response, e *entry) {
 	if !sc.fromPeer {
 		return
 	}
+	sc.tmp = appendPeerTags(sc.tmp[:0], e)
+	resp.Header.SetBytesKV(hShieldTags, sc.tmp)
+}
+
+// appendPeerTags appends the Shield-Tags value for e.
+func appendPeerTags(dst []byte, e *entry) []byte {
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], uint64(e.fetchSeq))
-	sc.tmp = hex.AppendEncode(hex.AppendEncode(append(sc.tmp[:0], 't'), seq[:]), e.tags)
-	resp.Header.SetBytesKV(hShieldTags, sc.tmp)
+	return hex.AppendEncode(hex.AppendEncode(append(dst, 't'), seq[:]), e.tags)
+}
+
+// serveHead gives resp the head of a full answer from e: the entry's
+// prepared head (entry.go) with Age, Cache-Status and, for a peer,
+// Shield-Tags appended, read by fasthttp in one pass. The stored Date is
+// one of the prepared lines, so the answer keeps its origin's Date. It
+// reports false, leaving resp's header reset, when e has no prepared head
+// or the block does not fit the reader; the caller then sets the fields
+// one by one.
+func (sc *scratch) serveHead(resp *fasthttp.Response, e *entry, age, ttl time.Duration, csPrefix []byte) bool {
+	if len(e.head) == 0 {
+		return false
+	}
+	h := sc.head[:0]
+	h = append(h, e.head...)
+	h = strconv.AppendInt(append(h, "Age: "...), int64(age/time.Second), 10)
+	h = append(append(h, "\r\nCache-Status: "...), csPrefix...)
+	h = strconv.AppendInt(h, int64(ttl), 10)
+	if sc.fromPeer {
+		h = appendPeerTags(append(h, "\r\nShield-Tags: "...), e)
+	}
+	// Content-Length keeps fasthttp from reading the block as an answer
+	// delimited by closing the connection (it would send Connection:
+	// close); writing the answer sets the body's length.
+	h = append(h, "\r\nContent-Length: 0\r\n\r\n"...)
+	sc.head = h
+	if len(h) > headReadSize {
+		return false
+	}
+	sc.rd.Reset(h)
+	sc.br.Reset(&sc.rd)
+	// Stored names are canonical already (normalised when the origin's
+	// answer was parsed); normal behaviour is restored for whoever reads
+	// the header next.
+	resp.Header.DisableNormalizing()
+	err := resp.Header.Read(sc.br)
+	resp.Header.EnableNormalizing()
+	return err == nil && !resp.Header.ConnectionClose()
 }
 
 // parsePeerTags reads a Shield-Tags value: the entry's fetch sequence on
