@@ -60,7 +60,7 @@ func setDate(h *fasthttp.ResponseHeader, date []byte) bool {
 // answers built without a Date field get here (shield's own answers
 // after a field was set, peer errors); none is a hit.
 func ensureDate(resp *fasthttp.Response) {
-	if len(resp.Header.PeekBytes(hDate)) > 0 {
+	if len(resp.Header.PeekCanonical(hDate)) > 0 {
 		return
 	}
 	var keep fasthttp.ResponseHeader

@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/shield-proxy/shield/config"
@@ -103,4 +107,68 @@ func TestHitHeadOnTheWire(t *testing.T) {
 		gone,
 		get,
 	)
+}
+
+// TestCanonicalNames: the names the hit path looks up with PeekCanonical
+// (headers.go) are in the form fasthttp stores request names in, or the
+// lookups would miss fields the request has.
+func TestCanonicalNames(t *testing.T) {
+	for _, name := range [][]byte{hCacheControl, hPragma, hShieldReadThrough, hRange, hIfNoneMatch, hIfModSince, hAcceptEncoding, hDate, hAge, hCacheStatus, hShieldTags} {
+		var h fasthttp.RequestHeader
+		h.SetBytesKV(bytes.ToLower(name), []byte("v"))
+		for k := range h.All() {
+			if !bytes.Equal(k, name) {
+				t.Errorf("%q is stored as %q", name, k)
+			}
+		}
+		if got := h.PeekCanonical(name); string(got) != "v" {
+			t.Errorf("PeekCanonical(%q) = %q after setting it in lower case", name, got)
+		}
+	}
+}
+
+// TestHeadsSharedSlot: two heads that share a slot, served concurrently
+// (run with -race): each answer gets its own entry's fields, whether
+// copied from the slot, parsed while another hit holds it, or parsed
+// into it in place of the other head.
+func TestHeadsSharedSlot(t *testing.T) {
+	mk := func(n int) (entry, string) {
+		v := strconv.Itoa(n)
+		enc := appendEntry(nil, &entry{kind: kindResponse, status: 200, keyDigest: uint64(n) * headSlots, body: []byte("b")}, nil,
+			[]header{{k: []byte("Date"), v: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {k: []byte("X-N"), v: []byte(v)}})
+		var e entry
+		if err := decodeEntry(enc, &e); err != nil {
+			t.Fatal(err)
+		}
+		return e, v
+	}
+	a, av := mk(1)
+	b, bv := mk(2) // same slot: keyDigest ≡ 0 mod headSlots
+	hs := new(heads)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := scratchPool.Get().(*scratch)
+			defer scratchPool.Put(sc)
+			var resp fasthttp.Response
+			for i := range 500 {
+				e, want := &a, av
+				if (i+g)%2 == 1 {
+					e, want = &b, bv
+				}
+				resp.Reset()
+				if !hs.write(&resp, sc, e) {
+					t.Error("write refused a prepared head")
+					return
+				}
+				if got := string(resp.Header.Peek("X-N")); got != want || string(resp.Header.Peek("Date")) != "Tue, 15 Nov 1994 08:12:31 GMT" {
+					t.Errorf("X-N = %q, want %q; Date %q", got, want, resp.Header.Peek("Date"))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

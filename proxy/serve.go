@@ -42,8 +42,8 @@ type scratch struct {
 	urlLen    int         // key[:urlLen] names the URL (cachekey.AppendURL)
 	ranges    []byteRange // Range parsing (buffer only)
 
-	// A hit's head: the entry's prepared head plus the hit's own fields,
-	// read into the response through rd and br (serveHead).
+	// A hit's head: the entry's prepared head completed, read into the
+	// response through rd and br (readHead).
 	head []byte
 	rd   bytes.Reader
 	br   *bufio.Reader
@@ -178,9 +178,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	sc.reset()
 	sc.tenant, sc.tid, sc.fromPeer = t, tid, fromPeer
 
-	if v := h.PeekBytes(hCacheControl); len(v) > 0 {
+	if v := h.PeekCanonical(hCacheControl); len(v) > 0 {
 		sc.cc.Parse(v)
-	} else if stale.PragmaNoCache(h.PeekBytes(hPragma)) {
+	} else if stale.PragmaNoCache(h.PeekCanonical(hPragma)) {
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(ctx.Request.Body()) > 0 {
@@ -190,7 +190,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	rte.canonicalEncoding(h)
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
-	readThrough := fromPeer && len(h.PeekBytes(hShieldReadThrough)) > 0
+	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
 	sc.checked = readThrough
 
 	// Step 4: the key's owner serves it. A forwarded request is always
@@ -275,7 +275,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.miss(ctx, rt, rte, sc, staleCopy, fwd)
 	case lkHitForMiss:
 		ctx.Response.SwapBody(b[:0])
-		if len(h.PeekBytes(hRange)) > 0 {
+		if len(h.PeekCanonical(hRange)) > 0 {
 			// Unstorable or too large: the origin answers the range.
 			return p.bypass(ctx, rte, t, fromPeer, "uncacheable")
 		}
@@ -421,15 +421,16 @@ var (
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
-	ttl := (time.Duration(e.lifetime) - age) / time.Second
-	if notModified || !sc.serveHead(resp, e, age, ttl, csPrefix) {
+	if notModified || !p.heads.write(resp, sc, e) {
 		writeEntryHeaders(resp, e, notModified)
-		sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
-		resp.Header.SetBytesKV(hAge, sc.tmp)
-		sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
-		resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
-		sc.peerTags(resp, e)
 	}
+	// The names are canonical: SetCanonical skips normalising them.
+	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
+	resp.Header.SetCanonical(hAge, sc.tmp)
+	ttl := (time.Duration(e.lifetime) - age) / time.Second
+	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
+	resp.Header.SetCanonical(hCacheStatus, sc.tmp)
+	sc.peerTags(resp, e)
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
 		resp.SwapBody(b[:0])
@@ -479,44 +480,6 @@ func appendPeerTags(dst []byte, e *entry) []byte {
 	return hex.AppendEncode(hex.AppendEncode(append(dst, 't'), seq[:]), e.tags)
 }
 
-// serveHead gives resp the head of a full answer from e: the entry's
-// prepared head (entry.go) with Age, Cache-Status and, for a peer,
-// Shield-Tags appended, read by fasthttp in one pass. The stored Date is
-// one of the prepared lines, so the answer keeps its origin's Date. It
-// reports false, leaving resp's header reset, when e has no prepared head
-// or the block does not fit the reader; the caller then sets the fields
-// one by one.
-func (sc *scratch) serveHead(resp *fasthttp.Response, e *entry, age, ttl time.Duration, csPrefix []byte) bool {
-	if len(e.head) == 0 {
-		return false
-	}
-	h := sc.head[:0]
-	h = append(h, e.head...)
-	h = strconv.AppendInt(append(h, "Age: "...), int64(age/time.Second), 10)
-	h = append(append(h, "\r\nCache-Status: "...), csPrefix...)
-	h = strconv.AppendInt(h, int64(ttl), 10)
-	if sc.fromPeer {
-		h = appendPeerTags(append(h, "\r\nShield-Tags: "...), e)
-	}
-	// Content-Length keeps fasthttp from reading the block as an answer
-	// delimited by closing the connection (it would send Connection:
-	// close); writing the answer sets the body's length.
-	h = append(h, "\r\nContent-Length: 0\r\n\r\n"...)
-	sc.head = h
-	if len(h) > headReadSize {
-		return false
-	}
-	sc.rd.Reset(h)
-	sc.br.Reset(&sc.rd)
-	// Stored names are canonical already (normalised when the origin's
-	// answer was parsed); normal behaviour is restored for whoever reads
-	// the header next.
-	resp.Header.DisableNormalizing()
-	err := resp.Header.Read(sc.br)
-	resp.Header.EnableNormalizing()
-	return err == nil && !resp.Header.ConnectionClose()
-}
-
 // parsePeerTags reads a Shield-Tags value: the entry's fetch sequence on
 // the node that served it and its tag digests.
 func parsePeerTags(v []byte) (seq int64, tags []byte, ok bool) {
@@ -535,10 +498,10 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
 	if e.status != fasthttp.StatusOK {
 		return false
 	}
-	if inm := h.PeekBytes(hIfNoneMatch); len(inm) > 0 {
+	if inm := h.PeekCanonical(hIfNoneMatch); len(inm) > 0 {
 		return len(e.etag) > 0 && stale.ETagMatch(inm, e.etag)
 	}
-	if ims := h.PeekBytes(hIfModSince); len(ims) > 0 {
+	if ims := h.PeekCanonical(hIfModSince); len(ims) > 0 {
 		return len(e.lastModified) > 0 && stale.NotModifiedSince(ims, e.lastModified)
 	}
 	return false
