@@ -32,10 +32,10 @@ import (
 // head is the answer's head as a HIT sends it, prepared once when the
 // entry is encoded: a status line without reason phrase ("HTTP/1.1 200")
 // and every stored header as a "Name: value" line, each ending in CRLF,
-// with the origin's Date among them. A hit appends its own fields (Age,
-// Cache-Status) and the blank line and has fasthttp read the block in one
-// pass (serve.go, serveHead), instead of setting the fields one by one and
-// parsing a Date block first: half the cost of a hit was there. head is
+// with the origin's Date among them. A hit copies the head parsed from
+// these bytes (hithead.go) and sets its own fields (Age, Cache-Status) on
+// top, instead of setting the stored fields one by one after parsing a
+// Date block: half the cost of a hit was there. head is
 // empty for kinds without an answer and for headers that cannot be
 // written as lines (names that are not tokens, values with control
 // bytes); such hits set the fields one by one (writeEntryHeaders), as do
