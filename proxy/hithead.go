@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strconv"
 	"sync"
 
 	"github.com/valyala/fasthttp"
@@ -15,8 +16,8 @@ import (
 // half of setting them. So the entry carries its head prepared as bytes
 // (entry.go: status line and stored fields, the origin's Date among
 // them), and heads keeps recently served ones parsed, one slot per key
-// digest modulo headSlots: a hit copies the parsed head and sets its own
-// fields (Age, Cache-Status) on top.
+// digest modulo headSlots: a hit copies the parsed head, with its own
+// fields (Age, Cache-Status) set in the slot once per second.
 //
 // A slot holds one parsed head and is reused in place, so that a hit
 // allocates nothing, whatever the working set: a slot held by another
@@ -31,6 +32,12 @@ type headSlot struct {
 	mu  sync.Mutex
 	raw []byte // the entry head this slot holds parsed; nil: none
 	hdr fasthttp.ResponseHeader
+	// hdr also holds the per-hit fields of the last hit it served: a hot
+	// key's hits within one second share them, and copy them with the
+	// rest instead of setting two fields each (stamp).
+	age, ttl int64
+	cs       *byte // csPrefix of those fields (csHitTTL or csStaleSWR)
+	stamped  bool
 }
 
 type heads struct{ slots [headSlots]headSlot }
@@ -41,10 +48,11 @@ type heads struct{ slots [headSlots]headSlot }
 // body's length.
 var headEnd = []byte("Content-Length: 0\r\n\r\n")
 
-// write gives resp the head of e, a full answer (not a 304), without its
-// per-hit fields. It reports false when e has no prepared head or it does
-// not parse; resp's header is then reset.
-func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry) bool {
+// write gives resp the head of e, a full answer (not a 304), with its
+// Age and Cache-Status (csPrefix followed by ttl). It reports false when
+// e has no prepared head or it does not parse; resp's header is then
+// reset.
+func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry, age, ttl int64, csPrefix []byte) bool {
 	if len(e.head) == 0 || len(e.head)+len(headEnd) > headReadSize {
 		return false
 	}
@@ -53,19 +61,36 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry) bool {
 	// below is what makes a slot's head the entry's.
 	s := &hs.slots[e.keyDigest%headSlots]
 	if !s.mu.TryLock() {
-		return sc.readHead(resp, e.head)
-	}
-	defer s.mu.Unlock()
-	if bytes.Equal(s.raw, e.head) && s.raw != nil {
-		s.hdr.CopyTo(&resp.Header)
+		if !sc.readHead(resp, e.head) {
+			return false
+		}
+		stamp(&resp.Header, sc, age, ttl, csPrefix)
 		return true
 	}
-	if !sc.readHead(resp, e.head) {
-		return false
+	defer s.mu.Unlock()
+	if len(s.raw) == 0 || !bytes.Equal(s.raw, e.head) {
+		// Parsed in the answer, then copied into the slot.
+		if !sc.readHead(resp, e.head) {
+			return false
+		}
+		resp.Header.CopyTo(&s.hdr)
+		s.raw, s.stamped = append(s.raw[:0], e.head...), false
 	}
-	resp.Header.CopyTo(&s.hdr)
-	s.raw = append(s.raw[:0], e.head...)
+	if !s.stamped || s.age != age || s.ttl != ttl || s.cs != &csPrefix[0] {
+		stamp(&s.hdr, sc, age, ttl, csPrefix)
+		s.age, s.ttl, s.cs, s.stamped = age, ttl, &csPrefix[0], true
+	}
+	s.hdr.CopyTo(&resp.Header)
 	return true
+}
+
+// stamp sets a hit's own fields on h. The names are canonical:
+// SetCanonical skips normalising them.
+func stamp(h *fasthttp.ResponseHeader, sc *scratch, age, ttl int64, csPrefix []byte) {
+	sc.tmp = strconv.AppendInt(sc.tmp[:0], age, 10)
+	h.SetCanonical(hAge, sc.tmp)
+	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), ttl, 10)
+	h.SetCanonical(hCacheStatus, sc.tmp)
 }
 
 // readHead parses head, completed by headEnd, into resp's header.

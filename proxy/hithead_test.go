@@ -128,9 +128,9 @@ func TestCanonicalNames(t *testing.T) {
 }
 
 // TestHeadsSharedSlot: two heads that share a slot, served concurrently
-// (run with -race): each answer gets its own entry's fields, whether
-// copied from the slot, parsed while another hit holds it, or parsed
-// into it in place of the other head.
+// (run with -race) at changing ages: each answer gets its own entry's
+// fields and its own Age, whether copied from the slot, parsed while
+// another hit holds it, or parsed into it in place of the other head.
 func TestHeadsSharedSlot(t *testing.T) {
 	mk := func(n int) (entry, string) {
 		v := strconv.Itoa(n)
@@ -159,12 +159,16 @@ func TestHeadsSharedSlot(t *testing.T) {
 					e, want = &b, bv
 				}
 				resp.Reset()
-				if !hs.write(&resp, sc, e) {
+				if !hs.write(&resp, sc, e, int64(i/100), 3600, csHitTTL) {
 					t.Error("write refused a prepared head")
 					return
 				}
 				if got := string(resp.Header.Peek("X-N")); got != want || string(resp.Header.Peek("Date")) != "Tue, 15 Nov 1994 08:12:31 GMT" {
 					t.Errorf("X-N = %q, want %q; Date %q", got, want, resp.Header.Peek("Date"))
+					return
+				}
+				if age := strconv.Itoa(i / 100); string(resp.Header.Peek("Age")) != age || string(resp.Header.Peek("Cache-Status")) != "shield; hit; ttl=3600" {
+					t.Errorf("Age %q, Cache-Status %q; want %s, shield; hit; ttl=3600", resp.Header.Peek("Age"), resp.Header.Peek("Cache-Status"), age)
 					return
 				}
 			}

@@ -421,15 +421,11 @@ var (
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
-	if notModified || !p.heads.write(resp, sc, e) {
+	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.lifetime)-age)/time.Second)
+	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
 		writeEntryHeaders(resp, e, notModified)
+		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
 	}
-	// The names are canonical: SetCanonical skips normalising them.
-	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
-	resp.Header.SetCanonical(hAge, sc.tmp)
-	ttl := (time.Duration(e.lifetime) - age) / time.Second
-	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
-	resp.Header.SetCanonical(hCacheStatus, sc.tmp)
 	sc.peerTags(resp, e)
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
