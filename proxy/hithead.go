@@ -21,11 +21,18 @@ import (
 //
 // A slot holds one parsed head and is reused in place, so that a hit
 // allocates nothing, whatever the working set: a slot held by another
-// hit (TryLock) or holding another head is bypassed by parsing the
-// entry's head straight into the answer, and the latter is then parsed
-// into the slot too, which keeps it.
+// hit (TryLock fails) is bypassed by parsing the entry's head straight
+// into the answer; a slot holding another head takes this one (parsed
+// into the answer, then copied into the slot). A slot answers only for
+// the exact head bytes it was filled from, so a refreshed or purged
+// entry can never get an older head.
+//
+// CopyTo also carries fasthttp's NoDefaultDate setting of the header the
+// slot was filled from: every server shield runs sets it (servers.go),
+// which is what keeps the stored Date on the wire.
 
-// headSlots is the number of parsed heads kept (a few KiB each at most).
+// headSlots is the number of parsed heads kept: about 1 KiB each for a
+// usual head, at most a few times headReadSize.
 const headSlots = 2048
 
 type headSlot struct {
