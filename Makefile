@@ -22,7 +22,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v -e '/e2e$$' -e '/deploy$$')
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: all build run test test-unit test-e2e bench bench-compare fuzz fuzz-short vet fmt-check tidy-check staticcheck consul clean
+.PHONY: all build run test test-unit test-e2e bench fuzz fuzz-short vet fmt-check tidy-check staticcheck consul clean
 
 all: build
 
@@ -86,6 +86,7 @@ bench: build bench-compare
 ## against BASE (the previous release) on this machine, interleaved runs,
 ## benchstat (see scripts/bench-compare.sh; MAX_SLOWDOWN=5 fails above +5%).
 BASE ?= f1f8204
+.PHONY: bench-compare
 bench-compare:
 	BASE=$(BASE) scripts/bench-compare.sh
 
