@@ -49,18 +49,18 @@ type headSlot struct {
 
 type heads struct{ slots [headSlots]headSlot }
 
-// headEnd completes a prepared head into a block fasthttp reads. Without
+// hitHeadEnd completes a prepared head into a block fasthttp reads. Without
 // Content-Length fasthttp would read the answer as delimited by closing
 // the connection and send Connection: close; writing the answer sets the
 // body's length.
-var headEnd = []byte("Content-Length: 0\r\n\r\n")
+var hitHeadEnd = []byte("Content-Length: 0\r\n\r\n")
 
 // write gives resp the head of e, a full answer (not a 304), with its
 // Age and Cache-Status (csPrefix followed by ttl). It reports false when
 // e has no prepared head or it does not parse; resp's header is then
 // reset.
 func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry, age, ttl int64, csPrefix []byte) bool {
-	if len(e.head) == 0 || len(e.head)+len(headEnd) > headReadSize {
+	if len(e.head) == 0 || len(e.head)+len(hitHeadEnd) > headReadSize {
 		return false
 	}
 	// The slot is the key's: hashing the head would let keys with equal
@@ -100,9 +100,9 @@ func stamp(h *fasthttp.ResponseHeader, sc *scratch, age, ttl int64, csPrefix []b
 	h.SetCanonical(hCacheStatus, sc.tmp)
 }
 
-// readHead parses head, completed by headEnd, into resp's header.
+// readHead parses head, completed by hitHeadEnd, into resp's header.
 func (sc *scratch) readHead(resp *fasthttp.Response, head []byte) bool {
-	sc.head = append(append(sc.head[:0], head...), headEnd...)
+	sc.head = append(append(sc.head[:0], head...), hitHeadEnd...)
 	sc.rd.Reset(sc.head)
 	sc.br.Reset(&sc.rd)
 	// Stored names are canonical already (normalised when the origin's
