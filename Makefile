@@ -87,9 +87,18 @@ fuzz-short:
 fuzz:
 	FUZZTIME=$${FUZZTIME:-60s} scripts/fuzz.sh
 
-## bench: wrk against shield (1 KiB hit) and the bare demo origin, same run, ratio printed.
-bench: build
+## bench: wrk against shield (1 KiB hit) and the bare demo origin, same run, ratio printed;
+## then bench-compare.
+bench: build bench-compare
 	scripts/bench.sh
+
+## bench-compare: the hit, forwarded-hit, range and 100 KiB hit Go benchmarks
+## against BASE (the previous release) on this machine, interleaved runs,
+## benchstat (see scripts/bench-compare.sh; MAX_SLOWDOWN=5 fails above +5%).
+BASE ?= f1f8204
+.PHONY: bench-compare
+bench-compare:
+	BASE=$(BASE) scripts/bench-compare.sh
 
 consul: $(CONSUL)
 

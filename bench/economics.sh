@@ -38,6 +38,8 @@ for b in wrk nginx varnishd; do command -v $b >/dev/null || { log "FAIL: $b miss
 [ -x bin/shield ] || { log "FAIL: bin/shield missing: run make build"; exit 1; }
 go build -o bin/bench-origin ./bench/origin
 go build -o bin/bench-client ./bench/client
+# The peers' own performance settings (bench/README.md).
+. bench/peer-settings.sh
 
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-econ.XXXXXX")
 chmod 755 "$tmp"
@@ -133,8 +135,10 @@ start_varnish() { # mem
 	local i
 	sed "s/@ORIGIN_PORT@/$origin_port/" bench/varnish.vcl.in >"$tmp/bench.vcl"
 	for i in 1 2 3; do
+		# shellcheck disable=SC2046 # varnish_threads prints separate flags
 		varnishd -F -a 127.0.0.1:$(node_port 1 $i) -T 127.0.0.1:$(node_port 2 $i) -f "$tmp/bench.vcl" \
-			-s malloc,${1}m -p nuke_limit=1000 -n "$tmp/varnish$i" >"$tmp/varnish$i.log" 2>&1 &
+			-s malloc,${1}m -p nuke_limit=1000 $(varnish_threads $(( (conns + 2) / 3 ))) \
+			-n "$tmp/varnish$i" >"$tmp/varnish$i.log" 2>&1 &
 		run_pids+=($!)
 	done
 	for i in 1 2 3; do wait_http "http://127.0.0.1:$(node_port 1 $i)/"; done

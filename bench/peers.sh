@@ -77,6 +77,9 @@ install_missing
 go build -o bin/bench-origin ./bench/origin
 go build -o bin/bench-client ./bench/client
 
+# The peers' own performance settings (bench/README.md).
+. bench/peer-settings.sh
+
 # ---- processes -----------------------------------------------------------
 # tmpfs when there is one: nginx's cache lives here and must be RAM-backed
 # like the others' stores.
@@ -148,8 +151,9 @@ pid[shield]=$!
 wait_http "http://127.0.0.1:$shield_admin/readyz"
 
 sed "s/@ORIGIN_PORT@/$origin_port/" bench/varnish.vcl.in >"$tmp/bench.vcl"
+# shellcheck disable=SC2046 # varnish_threads prints separate flags
 varnishd -F -a 127.0.0.1:$varnish_port -f "$tmp/bench.vcl" -s malloc,256m -n "$tmp/varnish" \
-	>"$tmp/varnish.log" 2>&1 &
+	$(varnish_threads "$conns") >"$tmp/varnish.log" 2>&1 &
 pid[varnish]=$!
 
 mkdir -p "$tmp/nginx"

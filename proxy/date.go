@@ -30,7 +30,9 @@ var dateParsers = sync.Pool{New: func() any {
 }}
 
 var (
-	dateBlockHead = []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nDate: ")
+	// No reason phrase: fasthttp would keep a parsed one ("OK") and send
+	// it with whatever status is set next ("304 OK", "404 OK").
+	dateBlockHead = []byte("HTTP/1.1 200\r\nContent-Length: 0\r\nDate: ")
 	dateBlockTail = []byte("\r\n\r\n")
 )
 
@@ -58,7 +60,7 @@ func setDate(h *fasthttp.ResponseHeader, date []byte) bool {
 // answers built without a Date field get here (shield's own answers
 // after a field was set, peer errors); none is a hit.
 func ensureDate(resp *fasthttp.Response) {
-	if len(resp.Header.PeekBytes(hDate)) > 0 {
+	if len(resp.Header.PeekCanonical(hDate)) > 0 {
 		return
 	}
 	var keep fasthttp.ResponseHeader

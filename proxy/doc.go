@@ -21,6 +21,7 @@
 //	upstream.go  what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)
 //	freshness.go origin response → stale.Facts → storable / lifetime / windows
 //	entry.go     the versioned cache entry codec
+//	hithead.go   a hit's head: parsed heads copied into the answer
 //	store.go     fastcache, pieces for large entries, snapshots
 //	purge.go     purge by URL (hard, soft) and by namespace
 //	hot.go       sampled hot-key table (near copies, hand-off)

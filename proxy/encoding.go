@@ -26,17 +26,17 @@ func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) {
 	if r.codings == nil {
 		return
 	}
-	ae := h.PeekBytes(hAcceptEncoding)
+	ae := h.PeekCanonical(hAcceptEncoding)
 	for _, c := range r.codings {
 		if accepts(ae, c) {
 			if !bytes.Equal(ae, c) {
-				h.SetBytesKV(hAcceptEncoding, c)
+				h.SetCanonical(hAcceptEncoding, c)
 			}
 			return
 		}
 	}
 	if !bytes.Equal(ae, codingIdentity) {
-		h.SetBytesKV(hAcceptEncoding, codingIdentity)
+		h.SetCanonical(hAcceptEncoding, codingIdentity)
 	}
 }
 

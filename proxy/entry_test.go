@@ -217,9 +217,10 @@ func TestDecodeEntryRejects(t *testing.T) {
 		{"unknown version", func() []byte { return reseal(valid, 3, entryVersion+1) }},
 		{"bad magic", func() []byte { return reseal(valid, 0, 'X') }},
 		{"header count too large", func() []byte {
-			// The count is the last byte of meta before the two pairs
-			// (A, b): 1 + 1 + 1 + 1 + 1 bytes from the end.
-			return reseal(valid, metaLenOf(valid)-5, 3)
+			// The count precedes the two fields (A, b: 4 bytes), the
+			// head ("HTTP/1.1 200\r\nA: b\r\n" and its length: 21
+			// bytes) and the tag count (1 byte) that end the meta.
+			return reseal(valid, metaLenOf(valid)-1-21-4-1, 3)
 		}},
 	}
 	for _, tt := range tests {

@@ -3,7 +3,11 @@ package proxy
 import "bytes"
 
 // Header names and values used on the request path, as byte slices so
-// that setting them does not convert strings per request.
+// that setting them does not convert strings per request. The hit path
+// looks its fields up with PeekCanonical, which skips copying and
+// normalising the name on every call: fasthttp stores request names in
+// canonical form (shield never disables normalising), so these must be
+// canonical too (TestCanonicalNames).
 var (
 	hAge            = []byte("Age")
 	hCacheStatus    = []byte("Cache-Status")

@@ -33,6 +33,7 @@ import (
 type Proxy struct {
 	logger *slog.Logger
 	store  *store
+	heads  *heads // parsed heads of recent hits (hithead.go)
 	g      *globalMetrics
 	fl     flights
 
@@ -160,6 +161,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 		top:          topk.New(0, 0, 0),
 		started:      time.Now(),
 	}
+	p.heads = new(heads)
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.ns = newNamespaces()
 	p.iv = newInvalidations()

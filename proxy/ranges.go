@@ -131,7 +131,7 @@ var (
 // wantsRange reports whether a range answer applies: a GET with Range
 // for a stored 200.
 func wantsRange(h *fasthttp.RequestHeader, e *entry) bool {
-	return e.status == fasthttp.StatusOK && h.IsGet() && len(h.PeekBytes(hRange)) > 0
+	return e.status == fasthttp.StatusOK && h.IsGet() && len(h.PeekCanonical(hRange)) > 0
 }
 
 // appendContentRange appends "bytes first-last/size".
@@ -154,7 +154,7 @@ func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *entry, f
 	if !ifRangeMatches(h, e) {
 		return nil, nil, true, tmp, ranges
 	}
-	rs, ok := parseRanges(ranges[:0], h.PeekBytes(hRange), len(full))
+	rs, ok := parseRanges(ranges[:0], h.PeekCanonical(hRange), len(full))
 	if !ok {
 		return nil, nil, true, tmp, rs
 	}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -40,6 +41,12 @@ type scratch struct {
 	prevOwner *peerClient // the key's previous owner, inside the overlap window
 	urlLen    int         // key[:urlLen] names the URL (cachekey.AppendURL)
 	ranges    []byteRange // Range parsing (buffer only)
+
+	// A hit's head: the entry's prepared head completed, read into the
+	// response through rd and br (readHead).
+	head []byte
+	rd   bytes.Reader
+	br   *bufio.Reader
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -56,8 +63,14 @@ func (sc *scratch) reset() {
 // and Vary variant of one URL shares it.
 func (sc *scratch) urlDigest() uint64 { return cachekey.Digest(sc.key[:sc.urlLen]) }
 
+// headReadSize bounds the head a hit reads in one block; larger heads
+// (rare: many or long stored fields) are written field by field.
+const headReadSize = 4096
+
 var scratchPool = sync.Pool{New: func() any {
-	return &scratch{key: make([]byte, 0, 256), vkey: make([]byte, 0, 256), tmp: make([]byte, 0, 64)}
+	sc := &scratch{key: make([]byte, 0, 256), vkey: make([]byte, 0, 256), tmp: make([]byte, 0, 64), head: make([]byte, 0, 1024)}
+	sc.br = bufio.NewReaderSize(&sc.rd, headReadSize)
+	return sc
 }}
 
 // Fixed Cache-Status values (RFC 9211). "shield" is the cache's name.
@@ -170,9 +183,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	sc.reset()
 	sc.tenant, sc.tid, sc.fromPeer = t, tid, fromPeer
 
-	if v := h.PeekBytes(hCacheControl); len(v) > 0 {
+	if v := h.PeekCanonical(hCacheControl); len(v) > 0 {
 		sc.cc.Parse(v)
-	} else if stale.PragmaNoCache(h.PeekBytes(hPragma)) {
+	} else if stale.PragmaNoCache(h.PeekCanonical(hPragma)) {
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(ctx.Request.Body()) > 0 {
@@ -182,7 +195,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	rte.canonicalEncoding(h)
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
-	readThrough := fromPeer && len(h.PeekBytes(hShieldReadThrough)) > 0
+	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
 	sc.checked = readThrough
 
 	// Step 4: the key's owner serves it. A forwarded request is always
@@ -267,7 +280,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.miss(ctx, rt, rte, sc, staleCopy, fwd)
 	case lkHitForMiss:
 		ctx.Response.SwapBody(b[:0])
-		if len(h.PeekBytes(hRange)) > 0 {
+		if len(h.PeekCanonical(hRange)) > 0 {
 			// Unstorable or too large: the origin answers the range.
 			return p.bypass(ctx, rte, t, fromPeer, "uncacheable")
 		}
@@ -413,12 +426,11 @@ var (
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
-	writeEntryHeaders(resp, e, notModified)
-	sc.tmp = strconv.AppendInt(sc.tmp[:0], int64(age/time.Second), 10)
-	resp.Header.SetBytesKV(hAge, sc.tmp)
-	ttl := (time.Duration(e.lifetime) - age) / time.Second
-	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), int64(ttl), 10)
-	resp.Header.SetBytesKV(hCacheStatus, sc.tmp)
+	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.lifetime)-age)/time.Second)
+	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
+		writeEntryHeaders(resp, e, notModified)
+		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
+	}
 	sc.peerTags(resp, e)
 	if notModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
@@ -453,14 +465,20 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 // this field, and never passes it on.
 var hShieldTags = []byte("Shield-Tags")
 
+// peerTags sets Shield-Tags on an answer to a peer.
 func (sc *scratch) peerTags(resp *fasthttp.Response, e *entry) {
 	if !sc.fromPeer {
 		return
 	}
+	sc.tmp = appendPeerTags(sc.tmp[:0], e)
+	resp.Header.SetBytesKV(hShieldTags, sc.tmp)
+}
+
+// appendPeerTags appends the Shield-Tags value for e.
+func appendPeerTags(dst []byte, e *entry) []byte {
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], uint64(e.fetchSeq))
-	sc.tmp = hex.AppendEncode(hex.AppendEncode(append(sc.tmp[:0], 't'), seq[:]), e.tags)
-	resp.Header.SetBytesKV(hShieldTags, sc.tmp)
+	return hex.AppendEncode(hex.AppendEncode(append(dst, 't'), seq[:]), e.tags)
 }
 
 // parsePeerTags reads a Shield-Tags value: the entry's fetch sequence on
@@ -481,10 +499,10 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
 	if e.status != fasthttp.StatusOK {
 		return false
 	}
-	if inm := h.PeekBytes(hIfNoneMatch); len(inm) > 0 {
+	if inm := h.PeekCanonical(hIfNoneMatch); len(inm) > 0 {
 		return len(e.etag) > 0 && stale.ETagMatch(inm, e.etag)
 	}
-	if ims := h.PeekBytes(hIfModSince); len(ims) > 0 {
+	if ims := h.PeekCanonical(hIfModSince); len(ims) > 0 {
 		return len(e.lastModified) > 0 && stale.NotModifiedSince(ims, e.lastModified)
 	}
 	return false

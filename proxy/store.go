@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/VictoriaMetrics/fastcache"
 )
@@ -27,9 +28,19 @@ import (
 // piece (evicted) makes the entry a miss. Our own entries are longer than
 // 24 bytes, so a 24-byte value starting with the magic is a meta.
 //
+// Values that fit one chunk are stored with a 12-byte trailer naming the
+// process that wrote them:
+//
+//	v | epoch u64 | "SHS1"
+//
 // Integrity: values written by this process are trusted (verified=true:
 // the entry checksum is skipped); values loaded from a snapshot carry
-// another process's epoch and are verified by the entry checksum on read.
+// another process's epoch and are verified by the entry checksum on read,
+// as are values without a trailer (a snapshot of an earlier release).
+// Every value stored is either encoded here or was checked by its entry
+// checksum when it arrived from a peer (handoff.go), so bytes are checked
+// where they can have been damaged — on disk, on the wire — and not on
+// every read from memory.
 const (
 	chunkMetaLen = 24
 	pieceSize    = 32<<10 - 64
@@ -42,6 +53,16 @@ const (
 )
 
 var chunkMagic = [4]byte{'S', 'H', 'C', '1'}
+
+// smallMagic ends the trailer of a value stored in one piece.
+const (
+	smallMagic      = "SHS1"
+	smallTrailerLen = 8 + len(smallMagic)
+)
+
+// setBufs holds the buffers small values are framed in before fastcache
+// copies them.
+var setBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // store is the fastcache-backed entry store. fastcache has no TTL and
 // evicts by overwriting its oldest chunks; freshness lives in the entry.
@@ -98,6 +119,9 @@ func (s *store) get(dst, k []byte) []byte {
 func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
 	v = s.c.Get(dst[:0], k)
 	if len(v) != chunkMetaLen || [4]byte(v[:4]) != chunkMagic {
+		if n := len(v) - smallTrailerLen; n >= 0 && string(v[len(v)-len(smallMagic):]) == smallMagic {
+			return v[:n], binary.LittleEndian.Uint64(v[n:]) == s.epoch
+		}
 		return v, false
 	}
 	nonce := binary.LittleEndian.Uint64(v[4:])
@@ -137,8 +161,14 @@ func appendPieceKey(dst, k []byte, nonce uint64, i uint32) []byte {
 
 // set stores v under k; fastcache copies both.
 func (s *store) set(k, v []byte) {
-	if len(k)+len(v) <= maxSmallKV {
-		s.c.Set(k, v)
+	if len(k)+len(v)+smallTrailerLen <= maxSmallKV {
+		bp := setBufs.Get().(*[]byte)
+		b := append((*bp)[:0], v...)
+		b = binary.LittleEndian.AppendUint64(b, s.epoch)
+		b = append(b, smallMagic...)
+		s.c.Set(k, b)
+		*bp = b
+		setBufs.Put(bp)
 		return
 	}
 	total := len(v)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"log/slog"
 	"testing"
 )
@@ -21,9 +22,41 @@ func TestStoreRoundTripSizes(t *testing.T) {
 		if !bytes.Equal(got, v) {
 			t.Fatalf("size %d: got %d bytes back, want %d equal bytes", n, len(got), len(v))
 		}
-		if big := len(key)+n > maxSmallKV; verified != big {
-			t.Errorf("size %d: verified = %v, want %v (only pieces this process wrote are trusted)", n, verified, big)
+		if !verified {
+			t.Errorf("size %d: verified = false, want true (this process wrote it)", n)
 		}
+	}
+}
+
+// TestStoreForeignValuesUnverified: a small value is trusted only with
+// this process's epoch in its trailer; one from another process (a
+// snapshot) or without a trailer (an earlier release's snapshot) comes
+// back whole and unverified, so its entry checksum is checked.
+func TestStoreForeignValuesUnverified(t *testing.T) {
+	s := newTestStore(t)
+	v := []byte("an entry's bytes")
+	other := append(binary.LittleEndian.AppendUint64(bytes.Clone(v), s.epoch+2), smallMagic...)
+	tests := []struct {
+		name   string
+		stored []byte
+		want   []byte
+	}{
+		{"other epoch", other, v},
+		{"no trailer", v, v},
+		{"shorter than a trailer", []byte("SHS1"), []byte("SHS1")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s.c.Set([]byte(tt.name), tt.stored)
+			got, verified := s.getVerified(nil, []byte(tt.name))
+			if !bytes.Equal(got, tt.want) || verified {
+				t.Fatalf("getVerified = %q, %v; want %q, false", got, verified, tt.want)
+			}
+		})
+	}
+	s.set([]byte("own"), v)
+	if got, verified := s.getVerified(nil, []byte("own")); !bytes.Equal(got, v) || !verified {
+		t.Fatalf("own value: getVerified = %q, %v; want %q, true", got, verified, v)
 	}
 }
 

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"bytes"
+	"strconv"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A hit's head. fasthttp offers no way to send prepared header bytes: a
+// handler's answer is a ResponseHeader, filled field by field (each
+// copied, normalised, checked for special names) or parsed from a block
+// (slower still: every byte is validated). Copying a ResponseHeader that
+// already holds the fields (CopyTo) costs a quarter of parsing them and
+// half of setting them. So the entry carries its head prepared as bytes
+// (entry.go: status line and stored fields, the origin's Date among
+// them), and heads keeps recently served ones parsed, one slot per key
+// digest modulo headSlots: a hit copies the parsed head, with its own
+// fields (Age, Cache-Status) set in the slot once per second.
+//
+// A slot holds one parsed head and is reused in place, so that a hit
+// allocates nothing, whatever the working set: a slot held by another
+// hit (TryLock fails) is bypassed by parsing the entry's head straight
+// into the answer; a slot holding another head takes this one (parsed
+// into the answer, then copied into the slot). A slot answers only for
+// the exact head bytes it was filled from, so a refreshed or purged
+// entry can never get an older head.
+//
+// CopyTo also carries fasthttp's NoDefaultDate setting of the header the
+// slot was filled from: every server shield runs sets it (servers.go),
+// which is what keeps the stored Date on the wire.
+
+// headSlots is the number of parsed heads kept: about 1 KiB each for a
+// usual head, at most a few times headReadSize.
+const headSlots = 2048
+
+type headSlot struct {
+	mu  sync.Mutex
+	raw []byte // the entry head this slot holds parsed; nil: none
+	hdr fasthttp.ResponseHeader
+	// hdr also holds the per-hit fields of the last hit it served: a hot
+	// key's hits within one second share them, and copy them with the
+	// rest instead of setting two fields each (stamp).
+	age, ttl int64
+	cs       *byte // csPrefix of those fields (csHitTTL or csStaleSWR)
+	stamped  bool
+}
+
+type heads struct{ slots [headSlots]headSlot }
+
+// hitHeadEnd completes a prepared head into a block fasthttp reads. Without
+// Content-Length fasthttp would read the answer as delimited by closing
+// the connection and send Connection: close; writing the answer sets the
+// body's length.
+var hitHeadEnd = []byte("Content-Length: 0\r\n\r\n")
+
+// write gives resp the head of e, a full answer (not a 304), with its
+// Age and Cache-Status (csPrefix followed by ttl). It reports false when
+// e has no prepared head or it does not parse; resp's header is then
+// reset.
+func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry, age, ttl int64, csPrefix []byte) bool {
+	if len(e.head) == 0 || len(e.head)+len(hitHeadEnd) > headReadSize {
+		return false
+	}
+	// The slot is the key's: hashing the head would let keys with equal
+	// heads share one, but costs more than it saves; the comparison
+	// below is what makes a slot's head the entry's.
+	s := &hs.slots[e.keyDigest%headSlots]
+	if !s.mu.TryLock() {
+		if !sc.readHead(resp, e.head) {
+			return false
+		}
+		stamp(&resp.Header, sc, age, ttl, csPrefix)
+		return true
+	}
+	defer s.mu.Unlock()
+	if len(s.raw) == 0 || !bytes.Equal(s.raw, e.head) {
+		// Parsed in the answer, then copied into the slot.
+		if !sc.readHead(resp, e.head) {
+			return false
+		}
+		resp.Header.CopyTo(&s.hdr)
+		s.raw, s.stamped = append(s.raw[:0], e.head...), false
+	}
+	if !s.stamped || s.age != age || s.ttl != ttl || s.cs != &csPrefix[0] {
+		stamp(&s.hdr, sc, age, ttl, csPrefix)
+		s.age, s.ttl, s.cs, s.stamped = age, ttl, &csPrefix[0], true
+	}
+	s.hdr.CopyTo(&resp.Header)
+	return true
+}
+
+// stamp sets a hit's own fields on h. The names are canonical:
+// SetCanonical skips normalising them.
+func stamp(h *fasthttp.ResponseHeader, sc *scratch, age, ttl int64, csPrefix []byte) {
+	sc.tmp = strconv.AppendInt(sc.tmp[:0], age, 10)
+	h.SetCanonical(hAge, sc.tmp)
+	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), ttl, 10)
+	h.SetCanonical(hCacheStatus, sc.tmp)
+}
+
+// readHead parses head, completed by hitHeadEnd, into resp's header.
+func (sc *scratch) readHead(resp *fasthttp.Response, head []byte) bool {
+	sc.head = append(append(sc.head[:0], head...), hitHeadEnd...)
+	sc.rd.Reset(sc.head)
+	sc.br.Reset(&sc.rd)
+	// Stored names are canonical already (normalised when the origin's
+	// answer was parsed); normal behaviour is restored for whoever reads
+	// the header next.
+	resp.Header.DisableNormalizing()
+	err := resp.Header.Read(sc.br)
+	resp.Header.EnableNormalizing()
+	return err == nil && !resp.Header.ConnectionClose()
+}
