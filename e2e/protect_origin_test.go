@@ -193,7 +193,9 @@ func TestSlowStartAfterRecovery(t *testing.T) {
 		SlowStart:      slowStart.String(),
 		Breaker:        "consecutive_failures: 2, open_for: 1s, half_open_probes: 1",
 	})
-	e.fault("error")
+	// 503: an unavailable origin, which the breaker counts by default
+	// (failure_statuses); an application's 500 would not open it.
+	e.fault("unavailable")
 	for i := 0; detail(e.get(fmt.Sprintf("/trip/%d", i)).header) != "breaker-open"; i++ {
 		if i > 10 {
 			t.Fatal("breaker not open after 10 failed fetches")
