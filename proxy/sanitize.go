@@ -71,13 +71,21 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 // (no ':'), no upper-case letter, no trailing dot. It may say false for
 // a canonical host ("example.com:8080"); canonicalizeHost decides those.
 func canonicalHostFast(host []byte) bool {
+	var special byte
 	for _, c := range host {
-		if c == ':' || ('A' <= c && c <= 'Z') {
-			return false
-		}
+		special |= hostSpecial[c]
 	}
-	return len(host) == 0 || host[len(host)-1] != '.'
+	return special == 0 && (len(host) == 0 || host[len(host)-1] != '.')
 }
+
+// hostSpecial marks ':' and the upper-case letters.
+var hostSpecial = func() (t [256]byte) {
+	t[':'] = 1
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = 1
+	}
+	return t
+}()
 
 // canonicalizeHost rewrites Host to its canonical form when that
 // differs and is not empty.

@@ -126,6 +126,23 @@ func (t *Table) Resolve(host, path []byte) (*Route, error) {
 // pass finds the port and whether there is anything to lower-case, so
 // a lower-case host (the proxy's canonical form) is looked up as it is.
 func (t *Table) hostRoutes(host []byte) []*Route {
+	var special byte
+	for _, c := range host {
+		special |= hostSpecial[c]
+	}
+	if special == 0 {
+		// No port and nothing to lower-case: the common Host.
+		h := host
+		if n := len(h); n > 0 && h[n-1] == '.' {
+			h = h[:n-1]
+		}
+		if len(h) <= maxHostLen {
+			if list, ok := t.byHost[string(h)]; ok {
+				return list
+			}
+		}
+		return t.any
+	}
 	colon, upper := -1, false
 	for i, c := range host {
 		switch {
@@ -155,6 +172,16 @@ func (t *Table) hostRoutes(host []byte) []*Route {
 	}
 	return t.any
 }
+
+// hostSpecial marks the bytes that make hostRoutes look at a host
+// twice: ':' (a port) and upper-case letters.
+var hostSpecial = func() (t [256]byte) {
+	t[':'] = 1
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = 1
+	}
+	return t
+}()
 
 // lowerHostRoutes is hostRoutes' lookup for a host holding upper case,
 // lower-cased on the stack (apart, so the common path's frame stays
