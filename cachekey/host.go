@@ -23,7 +23,7 @@ func AppendHost(dst, scheme, host []byte) []byte {
 // appendHostField appends field(canonical host) without a second pass:
 // lower-casing keeps lengths, so the length is known up front.
 func appendHostField(dst, scheme, host []byte) []byte {
-	if plainHost(host) {
+	if PlainHost(host) {
 		return appendField(dst, host)
 	}
 	name, port := canonicalHost(scheme, host)
@@ -40,11 +40,13 @@ func appendHostField(dst, scheme, host []byte) []byte {
 	return dst
 }
 
-// plainHost reports a host that is its own canonical form by a cheap
-// test: no ':' (so no port), no upper-case letter, no trailing dot —
-// the form the proxy rewrites Host to before it builds keys. It may say
-// false for a canonical host ("example.com:8080").
-func plainHost(host []byte) bool {
+// PlainHost reports a host that is its own canonical form (AppendHost
+// returns it unchanged, whatever the scheme) by a cheap test: no ':' (so
+// no port), no upper-case letter, no trailing dot — the Host of nearly
+// every request, and the form the proxy rewrites Host to before it
+// builds keys. It may say false for a canonical host
+// ("example.com:8080"); AppendHost decides those.
+func PlainHost(host []byte) bool {
 	var special byte
 	for _, c := range host {
 		special |= hostSpecial[c]

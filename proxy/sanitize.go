@@ -57,7 +57,7 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 			h.DelBytes(n)
 		}
 	}
-	if host := h.Host(); !canonicalHostFast(host) {
+	if host := h.Host(); !cachekey.PlainHost(host) {
 		canonicalizeHost(ctx, host)
 	}
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
@@ -65,27 +65,6 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 	}
 	return ""
 }
-
-// canonicalHostFast reports hosts that are already in canonical form
-// (cachekey.AppendHost returns them unchanged) by a cheap test: no port
-// (no ':'), no upper-case letter, no trailing dot. It may say false for
-// a canonical host ("example.com:8080"); canonicalizeHost decides those.
-func canonicalHostFast(host []byte) bool {
-	var special byte
-	for _, c := range host {
-		special |= hostSpecial[c]
-	}
-	return special == 0 && (len(host) == 0 || host[len(host)-1] != '.')
-}
-
-// hostSpecial marks ':' and the upper-case letters.
-var hostSpecial = func() (t [256]byte) {
-	t[':'] = 1
-	for c := 'A'; c <= 'Z'; c++ {
-		t[c] = 1
-	}
-	return t
-}()
 
 // canonicalizeHost rewrites Host to its canonical form when that
 // differs and is not empty.

@@ -151,20 +151,20 @@ func FuzzCleanPathFast(f *testing.F) {
 	})
 }
 
-// FuzzCanonicalHostFast: a host canonicalHostFast accepts is its own
+// FuzzPlainHost: a host cachekey.PlainHost accepts is its own
 // canonical form under both schemes, so sanitize skips nothing the
 // reference would rewrite.
-func FuzzCanonicalHostFast(f *testing.F) {
+func FuzzPlainHost(f *testing.F) {
 	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "[ab]", "a:b:c", "a.:", "xn--bcher-kva.example"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, host string) {
-		if !canonicalHostFast([]byte(host)) {
+		if !cachekey.PlainHost([]byte(host)) {
 			return
 		}
 		for _, scheme := range [][]byte{schemeHTTP, schemeHTTPS} {
 			if canon := cachekey.AppendHost(nil, scheme, []byte(host)); string(canon) != host {
-				t.Fatalf("canonicalHostFast(%q) accepted; canonical form (%s) is %q", host, scheme, canon)
+				t.Fatalf("PlainHost(%q) accepted; canonical form (%s) is %q", host, scheme, canon)
 			}
 		}
 	})
