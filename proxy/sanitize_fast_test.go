@@ -169,3 +169,18 @@ func FuzzPlainHost(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSanitize is sanitize on BenchmarkHit's request (the fast
+// paths); BenchmarkSanitizeReference is the previous sanitize on it.
+func BenchmarkSanitize(b *testing.B)          { benchmarkSanitize(b, sanitize) }
+func BenchmarkSanitizeReference(b *testing.B) { benchmarkSanitize(b, sanitizeReference) }
+
+func benchmarkSanitize(b *testing.B, f func(*fasthttp.RequestCtx) string) {
+	ctx := hitCtx(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if msg := f(ctx); msg != "" {
+			b.Fatal(msg)
+		}
+	}
+}
