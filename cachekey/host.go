@@ -23,6 +23,9 @@ func AppendHost(dst, scheme, host []byte) []byte {
 // appendHostField appends field(canonical host) without a second pass:
 // lower-casing keeps lengths, so the length is known up front.
 func appendHostField(dst, scheme, host []byte) []byte {
+	if PlainHost(host) {
+		return appendField(dst, host)
+	}
 	name, port := canonicalHost(scheme, host)
 	n := len(name)
 	if port != nil {
@@ -36,6 +39,29 @@ func appendHostField(dst, scheme, host []byte) []byte {
 	}
 	return dst
 }
+
+// PlainHost reports a host that is its own canonical form (AppendHost
+// returns it unchanged, whatever the scheme) by a cheap test: no ':' (so
+// no port), no upper-case letter, no trailing dot — the Host of nearly
+// every request, and the form the proxy rewrites Host to before it
+// builds keys. It may say false for a canonical host
+// ("example.com:8080"); AppendHost decides those.
+func PlainHost(host []byte) bool {
+	var special byte
+	for _, c := range host {
+		special |= hostSpecial[c]
+	}
+	return special == 0 && (len(host) == 0 || host[len(host)-1] != '.')
+}
+
+// hostSpecial marks ':' and the upper-case letters.
+var hostSpecial = func() (t [256]byte) {
+	t[':'] = 1
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = 1
+	}
+	return t
+}()
 
 // canonicalHost splits host into the name and the port to keep (nil when the
 // port is absent or dropped), with the trailing dot of the name removed. Both

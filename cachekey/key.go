@@ -61,8 +61,7 @@ func AppendURL(dst []byte, r *Rules, p *Parts) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, p.Namespace)
 	dst = binary.AppendUvarint(dst, uint64(len(p.Route)))
 	dst = append(dst, p.Route...)
-	dst = binary.AppendUvarint(dst, uint64(len(p.Scheme)))
-	dst = appendLower(dst, p.Scheme)
+	dst = appendSchemeField(dst, p.Scheme)
 	dst = appendHostField(dst, p.Scheme, p.Host)
 	dst = appendField(dst, p.Path)
 	dst = r.appendQuery(dst, p.Query, true)
@@ -136,6 +135,19 @@ func appendListField(dst, v []byte) []byte {
 // hashing in routing.
 func Digest(key []byte) uint64 {
 	return xxhash.Sum64(key)
+}
+
+// appendSchemeField appends uvarint(len(scheme)) ‖ lower(scheme), in
+// one append for the schemes the proxy passes (already lower case).
+func appendSchemeField(dst, scheme []byte) []byte {
+	switch string(scheme) {
+	case "http":
+		return append(dst, "\x04http"...)
+	case "https":
+		return append(dst, "\x05https"...)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(scheme)))
+	return appendLower(dst, scheme)
 }
 
 // appendField appends uvarint(len(b)) ‖ b.

@@ -34,13 +34,38 @@ func (r *Rules) AppendQuery(dst, q []byte) []byte {
 
 // appendQuery appends the canonical query, as field(query) when field is set.
 func (r *Rules) appendQuery(dst, q []byte, field bool) []byte {
+	amp := bytes.IndexByte(q, '&')
+	if amp < 0 {
+		return r.appendOneParam(dst, q, field)
+	}
 	// The number of '&' bounds the number of parameters (SIMD-counted).
-	bound := bytes.Count(q, []byte{'&'}) + 1
+	bound := bytes.Count(q[amp+1:], []byte{'&'}) + 2
 	if bound > smallParams {
 		return r.appendQueryLong(dst, q, field, bound)
 	}
 	var stack [smallParams]param
 	return r.appendSorted(dst, q, stack[:0], field)
+}
+
+// appendOneParam is appendQuery for a query without '&' (none or one
+// parameter, the common case): nothing to split or sort, so q is kept
+// whole unless it is empty or ignored, as params would decide.
+func (r *Rules) appendOneParam(dst, q []byte, field bool) []byte {
+	keep := len(q) > 0
+	if keep && r != nil && len(r.ignore) > 0 {
+		name := q
+		if eq := bytes.IndexByte(q, '='); eq >= 0 {
+			name = q[:eq]
+		}
+		keep = !r.ignored(name) || bytes.IndexByte(q, ';') >= 0
+	}
+	if !keep {
+		q = nil
+	}
+	if field {
+		dst = binary.AppendUvarint(dst, uint64(len(q)))
+	}
+	return append(dst, q...)
 }
 
 // appendQueryLong is appendQuery for queries that may hold more than

@@ -152,3 +152,27 @@ func TestAppendForwardQuery(t *testing.T) {
 		t.Errorf("nil rules dropped %q", got)
 	}
 }
+
+// TestAppendQueryOneParam: a query without '&' takes appendOneParam's
+// path; it agrees with the reference for each way one parameter can be
+// kept or dropped (empty, ignored, ignored but holding ';', bare name,
+// empty name), with few ignored names (searched linearly), many (a set)
+// and none, as a query and as a key field.
+func TestAppendQueryOneParam(t *testing.T) {
+	many := []string{"a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9", "utm_source"}
+	for _, ignore := range [][]string{nil, {"utm_source", "x"}, many} {
+		r, err := NewRules(ignore, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{"", "id=42", "utm_source=x", "utm_source", "utm_source=x;y=1", "utm_source;", "x", "x=", "=1", "=", ";", "utm_sourc=1", "utm_source=a=b"} {
+			want := refQuery(ignore, q)
+			if got := r.AppendQuery(nil, []byte(q)); string(got) != want {
+				t.Errorf("ignore %q: AppendQuery(%q) = %q, want %q", ignore, q, got, want)
+			}
+			if got, want := r.appendQuery([]byte("k"), []byte(q), true), refField([]byte("k"), want); string(got) != string(want) {
+				t.Errorf("ignore %q: appendQuery(%q) as a field = %x, want %x", ignore, q, got, want)
+			}
+		}
+	}
+}

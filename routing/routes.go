@@ -113,20 +113,89 @@ func (t *Table) Match(host, path []byte) *Route {
 // ErrAmbiguousPath). It does not allocate unless a route prefix is
 // longer than formBuf in matching form.
 func (t *Table) Resolve(host, path []byte) (*Route, error) {
-	var buf [maxHostLen]byte
-	h := hostOnly(host)
-	candidates := t.any
-	if len(h) <= maxHostLen {
-		n := copy(buf[:], h)
-		lower(buf[:n])
-		if list, ok := t.byHost[string(buf[:n])]; ok {
-			candidates = list
-		}
-	}
+	candidates := t.hostRoutes(host)
 	if bytes.IndexByte(path, '%') < 0 {
 		return first(candidates, path, false), nil // already in matching form
 	}
 	return t.resolveEncoded(candidates, path)
+}
+
+// hostRoutes returns the routes that can match host: its byHost list,
+// or the "*" routes. The host is compared without its port (after the
+// last ':' that follows any ']') and one trailing dot, lower-cased; one
+// pass finds the port and whether there is anything to lower-case, so
+// a lower-case host (the proxy's canonical form) is looked up as it is.
+func (t *Table) hostRoutes(host []byte) []*Route {
+	var special byte
+	for _, c := range host {
+		special |= hostSpecial[c]
+	}
+	if special == 0 {
+		// No port and nothing to lower-case: the common Host.
+		h := host
+		if n := len(h); n > 0 && h[n-1] == '.' {
+			h = h[:n-1]
+		}
+		if len(h) <= maxHostLen {
+			if list, ok := t.byHost[string(h)]; ok {
+				return list
+			}
+		}
+		return t.any
+	}
+	colon, upper := -1, false
+	for i, c := range host {
+		switch {
+		case c == ':':
+			colon = i
+		case c == ']':
+			colon = -1
+		case 'A' <= c && c <= 'Z':
+			upper = true
+		}
+	}
+	h := host
+	if colon >= 0 {
+		h = h[:colon]
+	}
+	if n := len(h); n > 0 && h[n-1] == '.' {
+		h = h[:n-1]
+	}
+	switch {
+	case len(h) > maxHostLen:
+		return t.any
+	case upper:
+		return t.lowerHostRoutes(h)
+	}
+	if list, ok := t.byHost[string(h)]; ok {
+		return list
+	}
+	return t.any
+}
+
+// hostSpecial marks the bytes that make hostRoutes look at a host
+// twice: ':' (a port) and upper-case letters.
+var hostSpecial = func() (t [256]byte) {
+	t[':'] = 1
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = 1
+	}
+	return t
+}()
+
+// lowerHostRoutes is hostRoutes' lookup for a host holding upper case,
+// lower-cased on the stack (apart, so the common path's frame stays
+// small).
+//
+//go:noinline
+func (t *Table) lowerHostRoutes(h []byte) []*Route {
+	var buf [maxHostLen]byte
+	n := copy(buf[:], h)
+	lower(buf[:n])
+	if list, ok := t.byHost[string(buf[:n])]; ok {
+		return list
+	}
+	return t.any
 }
 
 // formBuf is the stack space for a path's matching form.
@@ -165,30 +234,6 @@ func first(candidates []*Route, m []byte, slashed bool) *Route {
 		}
 	}
 	return nil
-}
-
-// hostOnly strips the port (and IPv6 brackets stay) and one trailing dot.
-func hostOnly(h []byte) []byte {
-	if i := lastColon(h); i >= 0 {
-		h = h[:i]
-	}
-	if n := len(h); n > 0 && h[n-1] == '.' {
-		h = h[:n-1]
-	}
-	return h
-}
-
-// lastColon finds a port separator, ignoring colons inside an IPv6 literal.
-func lastColon(h []byte) int {
-	for i := len(h) - 1; i >= 0; i-- {
-		switch h[i] {
-		case ':':
-			return i
-		case ']':
-			return -1
-		}
-	}
-	return -1
 }
 
 func lower(b []byte) {
