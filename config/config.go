@@ -378,6 +378,11 @@ type Route struct {
 	// Tenant, when set, fixes the tenant of every request on this route
 	// (a class name or "default"), whatever the request carries.
 	Tenant string `yaml:"tenant"`
+	// Cost is the number of tokens one request on this route takes from
+	// its tenant's bucket (and counts in the fleet's usage exchange), for
+	// routes whose requests are dearer than others. Default 1, at most
+	// 1000000.
+	Cost int `yaml:"cost"`
 }
 
 // RouteCache is a route's cache policy.

@@ -8,6 +8,10 @@ import (
 // Defaults for origin protection.
 const defaultSlowStart = 30 * time.Second
 
+// maxCost bounds routes[].cost: beyond it a request could never be
+// admitted by any sane burst, which is a typo, not a policy.
+const maxCost = 1000000
+
 // applyProtectionDefaults fills origin-protection settings absent from
 // the file.
 func applyProtectionDefaults(c *Config, has func(string) bool) {
@@ -91,6 +95,9 @@ func (d *decoder) validateProtection(c *Config) {
 			} else {
 				d.problem(p+".tenant", "unknown tenant class %q", r.Tenant)
 			}
+		}
+		if r.Cost < 1 || r.Cost > maxCost {
+			d.problem(p+".cost", "must be in [1, %d] tokens, got %d", maxCost, r.Cost)
 		}
 		if r.Cache.TenantScoped && t == nil && r.Tenant == "" {
 			d.problem(p+".cache.tenant_scoped", "needs a tenants: section or a route tenant")

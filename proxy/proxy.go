@@ -119,6 +119,8 @@ type route struct {
 	tenant  []byte // fixed tenant name, or nil
 	origin  *origin
 	m       *routeMetrics
+
+	overload // cost, priority: overload.go
 }
 
 // New builds a proxy from a validated configuration.
@@ -248,6 +250,7 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		if rc.Tenant != "" {
 			r.tenant = []byte(rc.Tenant)
 		}
+		r.overload = routeOverload(rc)
 		for _, h := range rc.Cache.Targeted {
 			r.targeted = append(r.targeted, []byte(h))
 		}

@@ -117,7 +117,7 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	} else {
 		t, tid = rt.tenantOf(h, rte)
 		if t != nil {
-			if reason, retryAfter := t.Admit(ctx.Time()); reason != admission.None {
+			if reason, retryAfter := t.AdmitN(ctx.Time(), rte.cost); reason != admission.None {
 				reject(ctx, t, reason, retryAfter)
 				rte.m.requests[resRejected].Inc()
 				return
