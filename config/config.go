@@ -339,6 +339,10 @@ type Origin struct {
 	// SlowStart: after the breaker closes, the concurrency budget ramps
 	// from 10% to 100% over this long. Default 30s; 0 disables.
 	SlowStart time.Duration `yaml:"slow_start"`
+	// QueueTimeout is how long a fetch waits for a slot of the
+	// concurrency budget before it is refused (503, or a stale copy where
+	// stale-if-error allows). Default 50ms; 0 refuses at once.
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
 	// Breaker is the origin's circuit breaker.
 	Breaker Breaker `yaml:"breaker"`
 }
@@ -383,6 +387,10 @@ type Route struct {
 	// routes whose requests are dearer than others. Default 1, at most
 	// 1000000.
 	Cost int `yaml:"cost"`
+	// Priority orders this route's origin fetches when the origin's
+	// concurrency budget is short: low, normal (default) or high
+	// (admission.Priority has the rule).
+	Priority string `yaml:"priority"`
 }
 
 // RouteCache is a route's cache policy.

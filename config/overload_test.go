@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOverloadKeys: the overload controls' settings (routes[].cost, …)
@@ -18,6 +19,12 @@ func TestOverloadKeys(t *testing.T) {
 	}
 	if got := c.Routes[1].Cost; got != 5 {
 		t.Errorf("routes[1].cost = %d, want 5", got)
+	}
+	if got := c.Routes[0].Priority; got != "normal" {
+		t.Errorf("routes[0].priority default = %q, want normal", got)
+	}
+	if got := c.Origins["a"].QueueTimeout; got != 50*time.Millisecond {
+		t.Errorf("origins.a.queue_timeout default = %v, want 50ms", got)
 	}
 
 	tests := []struct {
@@ -36,6 +43,19 @@ func TestOverloadKeys(t *testing.T) {
 `, []want{
 			{7, "routes[0].cost", "must be in [1, 1000000] tokens, got 0"},
 			{12, "routes[1].cost", "got 1000001"},
+		}},
+		{"priority and queue_timeout", `listen: :80
+origins:
+  a: {servers: [x:1], queue_timeout: -1ms}
+  b: {servers: [x:1], queue_timeout: 11s}
+routes:
+  - {name: r, hosts: [a.example], origin: a, priority: urgent}
+  - {name: s, hosts: [b.example], origin: b, priority: High}
+`, []want{
+			{3, "origins.a.queue_timeout", "must be in [0, 10s] (0: no waiting), got -1ms"},
+			{4, "origins.b.queue_timeout", "got 11s"},
+			{6, "routes[0].priority", `must be one of low, normal, high, got "urgent"`},
+			{7, "routes[1].priority", `got "High"`},
 		}},
 	}
 	for _, tc := range tests {

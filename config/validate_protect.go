@@ -8,6 +8,13 @@ import (
 // Defaults for origin protection.
 const defaultSlowStart = 30 * time.Second
 
+// defaultQueueTimeout: long enough to catch a slot freed by a fast
+// origin, short enough that a refusal stays fast.
+const defaultQueueTimeout = 50 * time.Millisecond
+
+// maxQueueTimeout: a longer wait is the origin timeout's job.
+const maxQueueTimeout = 10 * time.Second
+
 // maxCost bounds routes[].cost: beyond it a request could never be
 // admitted by any sane burst, which is a typo, not a policy.
 const maxCost = 1000000
@@ -18,6 +25,7 @@ func applyProtectionDefaults(c *Config, has func(string) bool) {
 	setDefault(&c.Log.Access.Sample, has("log.access.sample"), 1)
 	for name, o := range c.Origins {
 		setDefault(&o.SlowStart, has(join("origins", name)+".slow_start"), defaultSlowStart)
+		setDefault(&o.QueueTimeout, has(join("origins", name)+".queue_timeout"), defaultQueueTimeout)
 	}
 }
 
@@ -34,6 +42,9 @@ func (d *decoder) validateProtection(c *Config) {
 			d.problem(p+".max_rate", "must be ≥ 0 (0: no rate limit), got %g", o.MaxRate)
 		}
 		d.nonNegative(p+".slow_start", o.SlowStart)
+		if o.QueueTimeout < 0 || o.QueueTimeout > maxQueueTimeout {
+			d.problem(p+".queue_timeout", "must be in [0, %v] (0: no waiting), got %v", maxQueueTimeout, o.QueueTimeout)
+		}
 		b, bp := &o.Breaker, p+".breaker"
 		if b.ConsecutiveFailures < 0 {
 			d.problem(bp+".consecutive_failures", "must be ≥ 0, got %d", b.ConsecutiveFailures)
@@ -99,6 +110,7 @@ func (d *decoder) validateProtection(c *Config) {
 		if r.Cost < 1 || r.Cost > maxCost {
 			d.problem(p+".cost", "must be in [1, %d] tokens, got %d", maxCost, r.Cost)
 		}
+		d.oneOf(p+".priority", r.Priority, "low", "normal", "high")
 		if r.Cache.TenantScoped && t == nil && r.Tenant == "" {
 			d.problem(p+".cache.tenant_scoped", "needs a tenants: section or a route tenant")
 		}

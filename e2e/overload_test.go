@@ -1,9 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // TestRouteCost: on a `cost: 5` route a tenant's burst of 20 admits 4
@@ -40,5 +46,242 @@ tenants:
 		if got := seriesValue(m, "shield_admission_admitted_total", "tenant", c.tenant); got != c.want {
 			t.Errorf("shield_admission_admitted_total{tenant=%q} = %v, want %v", c.tenant, got, c.want)
 		}
+	}
+}
+
+// newOverloadEnv is newTenantEnv with the demo origin's settings set by
+// origin (max_concurrency, queue_timeout, …) and body holding routes (and
+// tenants, if any).
+func newOverloadEnv(t *testing.T, origin func(o *config.Origin), body string) *env {
+	t.Helper()
+	e := &env{t: t, originAddr: freeAddr(t), client: newClient()}
+	t.Cleanup(e.client.CloseIdleConnections)
+	e.origin = startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", e.originAddr)
+	e.origin.waitReady(t, "http://"+e.originAddr+"/__origin/stats")
+	e.cfg = shieldConfig{Listen: freeAddr(t), Admin: freeAddr(t), Origin: e.originAddr, Extra: []confOpt{
+		with(func(c *config.Config) { c.Origins["demo"].Timeout = 5 * time.Second }),
+		yamlSection(body),
+		exactly(func(c *config.Config) { origin(c.Origins["demo"]) }),
+	}}
+	e.cfgPath = writeFile(t, "shield.yaml", e.cfg.render(t))
+	e.startShield()
+	return e
+}
+
+// surgeAnswer is one answer of a surge: route path, outcome and latency.
+type surgeAnswer struct {
+	path    string
+	status  int
+	detail  string
+	latency time.Duration
+}
+
+// surge runs workers[path] workers per path prefix for d, each sending
+// GETs for new URLs (so every one is a miss) under that prefix with query,
+// back to back, and returns every answer.
+func (e *env) surge(d time.Duration, workers map[string]int, query string) []surgeAnswer {
+	e.t.Helper()
+	var mu sync.Mutex
+	var out []surgeAnswer
+	var errs []error
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for prefix, n := range workers {
+		for w := range n {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(stop); i++ {
+					u := fmt.Sprintf("%s%d-%d?%s", prefix, w, i, query)
+					sent := time.Now()
+					r, err := e.try(http.MethodGet, u)
+					a := surgeAnswer{path: prefix, status: r.status, detail: detail(r.header), latency: time.Since(sent)}
+					mu.Lock()
+					if err != nil {
+						errs = append(errs, err)
+					} else {
+						out = append(out, a)
+					}
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		e.t.Fatalf("%d transport errors in the surge, first: %v", len(errs), errs[0])
+	}
+	return out
+}
+
+// TestQueueTimeoutFastRefusal: a slow origin (200 ms a fetch,
+// max_concurrency 4) under a surge of 24 clients asking for new URLs.
+// With queue_timeout 50ms the refused ones are answered 503 with
+// Retry-After and Cache-Status detail=queue-timeout about 50 ms after
+// they were sent (p90 < 150 ms, slack for a loaded machine), never after
+// the origin's 5 s timeout; the admitted ones still take their 200 ms.
+// A stale copy inside stale-if-error is served instead of the refusal
+// (detail=queue-timeout). With queue_timeout 0 the refusals are
+// immediate (detail=budget).
+func TestQueueTimeoutFastRefusal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		wait   time.Duration
+		detail string
+		p90    time.Duration
+	}{
+		{"50ms", 50 * time.Millisecond, "queue-timeout", 150 * time.Millisecond},
+		{"0", 0, "budget", 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newOverloadEnv(t, func(o *config.Origin) {
+				o.MaxConcurrency = 4
+				o.QueueTimeout = tc.wait
+			}, `routes:
+  - { name: demo, hosts: ["*"], path_prefix: /, origin: demo }
+`)
+			// An entry that will be stale, inside stale-if-error, during the surge.
+			const staleURL = "/stale?delay=200&cc=max-age%3D1%2C+stale-if-error%3D600"
+			wantForwarded(t, "stale candidate, first fetch", e.get(staleURL))
+			e.awaitExpiry(staleURL, 10*time.Second)
+
+			var staleSeen atomic.Bool
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				// During the surge: ask for the stale entry until a refused
+				// refresh serves it.
+				time.Sleep(300 * time.Millisecond)
+				for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+					r, err := e.try(http.MethodGet, staleURL)
+					if err == nil && classify(r) == kindStale && detail(r.header) == tc.detail {
+						staleSeen.Store(true)
+						return
+					}
+				}
+			})
+			answers := e.surge(2*time.Second, map[string]int{"/slow/": 24}, "delay=200&cc=no-store")
+			wg.Wait()
+			var refused, ok []time.Duration
+			for _, a := range answers {
+				switch {
+				case a.status == http.StatusOK:
+					ok = append(ok, a.latency)
+				case a.status == http.StatusServiceUnavailable && a.detail == tc.detail:
+					refused = append(refused, a.latency)
+				default:
+					t.Errorf("answer %+v: want 200 or 503 detail=%s", a, tc.detail)
+				}
+			}
+			if len(refused) < 20 || len(ok) < 10 {
+				t.Fatalf("%d refused, %d ok of %d: want a surge that both fills the budget and is refused", len(refused), len(ok), len(answers))
+			}
+			p50, p90, pmax := latencyQuantile(refused, 0.5), latencyQuantile(refused, 0.9), latencyQuantile(refused, 1)
+			t.Logf("queue_timeout %v: %d refused (p50 %v, p90 %v, max %v), %d ok (p50 %v)", tc.wait, len(refused), p50, p90, pmax, len(ok), latencyQuantile(ok, 0.5))
+			if p90 > tc.p90 || pmax > time.Second {
+				t.Errorf("refusal latency p90 %v, max %v; want p90 < %v, max < 1s", p90, pmax, tc.p90)
+			}
+			if tc.wait > 0 && p50 < tc.wait {
+				t.Errorf("refusal latency p50 %v < queue_timeout %v: refused without waiting", p50, tc.wait)
+			}
+			if !staleSeen.Load() {
+				t.Errorf("the stale entry was never served in place of a refused refresh (detail=%s)", tc.detail)
+			}
+			r := e.get("/probe?delay=200&cc=no-store")
+			if r.status != http.StatusOK {
+				t.Errorf("after the surge: %v, want 200", r)
+			}
+			m := e.scrapeTenants()
+			if got := seriesValue(m, "shield_shed_total", "route", "demo", "priority", "normal", "reason", tc.detail); got < float64(len(refused)) {
+				t.Errorf("shield_shed_total{route=demo,priority=normal,reason=%s} = %v, want ≥ %d", tc.detail, got, len(refused))
+			}
+		})
+	}
+}
+
+// TestPriorityShedding: a slow origin (200 ms a fetch, max_concurrency 4,
+// queue_timeout 50ms) under a surge of 16 clients on a `low` route and 2
+// on a `high` one, every request a miss. Low may hold at most half the
+// budget, so high keeps ≥ 90 % success while low is shed (503,
+// Retry-After, detail=shed), counted in
+// shield_shed_total{route,priority,reason}. The control runs the same
+// surge with both routes `normal`: the 2 clients then lose most of their
+// requests to the 16 (so the test can tell).
+func TestPriorityShedding(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, high, low string
+	}{
+		{"priorities", "high", "low"},
+		{"control all normal", "normal", "normal"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newOverloadEnv(t, func(o *config.Origin) {
+				o.MaxConcurrency = 4
+				o.QueueTimeout = 50 * time.Millisecond
+			}, fmt.Sprintf(`routes:
+  - { name: vip, hosts: ["*"], path_prefix: /vip/, origin: demo, priority: %s }
+  - { name: bulk, hosts: ["*"], path_prefix: /, origin: demo, priority: %s }
+`, tc.high, tc.low))
+			answers := e.surge(3*time.Second, map[string]int{"/vip/": 2, "/bulk/": 16}, "delay=200&cc=no-store")
+			type tally struct {
+				ok, total int
+				details   map[string]int
+				refused   []time.Duration
+			}
+			by := map[string]*tally{"/vip/": {details: map[string]int{}}, "/bulk/": {details: map[string]int{}}}
+			for _, a := range answers {
+				tl := by[a.path]
+				tl.total++
+				switch {
+				case a.status == http.StatusOK:
+					tl.ok++
+				case a.status == http.StatusServiceUnavailable:
+					tl.details[a.detail]++
+					tl.refused = append(tl.refused, a.latency)
+				default:
+					t.Errorf("answer %+v: want 200 or 503", a)
+				}
+			}
+			vip, bulk := by["/vip/"], by["/bulk/"]
+			vipOK := float64(vip.ok) / float64(max(vip.total, 1))
+			t.Logf("vip (%s): %d/%d ok (%.1f%%), refusals %v; bulk (%s): %d/%d ok, refusals %v (p90 %v)",
+				tc.high, vip.ok, vip.total, 100*vipOK, vip.details, tc.low, bulk.ok, bulk.total, bulk.details, latencyQuantile(bulk.refused, 0.9))
+			if vip.total < 10 || bulk.total < 50 {
+				t.Fatalf("surge too small: vip %d, bulk %d requests", vip.total, bulk.total)
+			}
+			if tc.high == "normal" {
+				if vipOK >= 0.9 {
+					t.Errorf("control: vip %.1f%% ok with equal priorities; the surge does not contend", 100*vipOK)
+				}
+				return
+			}
+			if vipOK < 0.9 {
+				t.Errorf("high route: %.1f%% ok, want ≥ 90%%", 100*vipOK)
+			}
+			if bulk.details["shed"] == 0 || bulk.ok > bulk.total/2 {
+				t.Errorf("low route: %d/%d ok, %d shed; want it shed", bulk.ok, bulk.total, bulk.details["shed"])
+			}
+			if p90 := latencyQuantile(bulk.refused, 0.9); p90 > 150*time.Millisecond {
+				t.Errorf("low refusals p90 %v, want < 150ms", p90)
+			}
+			r := e.get("/bulk/one?delay=1&cc=no-store")
+			if r.status != http.StatusOK {
+				t.Errorf("low route after the surge: %v, want 200", r)
+			}
+			u := "/bulk/x?delay=3000&cc=no-store"
+			var wg sync.WaitGroup
+			for i := range 2 { // hold half the budget: low's share
+				wg.Go(func() { _, _ = e.try(http.MethodGet, fmt.Sprintf("/vip/hold%d?delay=1500&cc=no-store", i)) })
+			}
+			e.awaitOrigin("the vip fetches to hold 2 slots", func(s originStats) bool { return s.InFlight == 2 })
+			wantUnavailable(t, "low with half the budget busy", e.get(u), "shed")
+			wg.Wait()
+			m := e.scrapeTenants()
+			if got := seriesValue(m, "shield_shed_total", "route", "bulk", "priority", "low", "reason", "shed"); got < float64(bulk.details["shed"])+1 {
+				t.Errorf("shield_shed_total{route=bulk,priority=low,reason=shed} = %v, want ≥ %d", got, bulk.details["shed"]+1)
+			}
+		})
 	}
 }

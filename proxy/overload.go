@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/config"
 )
 
@@ -9,8 +11,70 @@ import (
 type overload struct {
 	// cost is the tokens one request takes from its tenant's bucket, ≥ 1.
 	cost int
+	// prio orders the route's fetches when the origin budget is short.
+	prio admission.Priority
+	// shed counts the route's origin budget refusals by detail
+	// (shield_shed_total{route,priority,reason}).
+	shed [len(shedReasons)]*metrics.Counter
 }
 
-func routeOverload(rc *config.Route) overload {
-	return overload{cost: max(rc.Cost, 1)}
+// shedReasons are the Cache-Status details of budget refusals, which are
+// also the reason label of shield_shed_total.
+var shedReasons = [...]string{"budget", "origin-share", "shed", "queue-timeout"}
+
+func (p *Proxy) routeOverload(rc *config.Route) overload {
+	prio, _ := admission.ParsePriority(rc.Priority) // validated by config
+	o := overload{cost: max(rc.Cost, 1), prio: prio}
+	for i, r := range shedReasons {
+		o.shed[i] = p.g.set.GetOrCreateCounter(`shield_shed_total{route="` + rc.Name + `",priority="` + prio.String() + `",reason="` + r + `"}`)
+	}
+	return o
+}
+
+// countShed counts a fetch failure that was an origin budget refusal.
+func (o *overload) countShed(f failure) {
+	for i, r := range shedReasons {
+		if f.detail == r {
+			o.shed[i].Inc()
+			return
+		}
+	}
+}
+
+// budgetDetail is the Cache-Status detail (and stale reason) of an origin
+// budget refusal.
+func budgetDetail(r admission.Reason) string {
+	switch r {
+	case admission.OriginShare:
+		return "origin-share"
+	case admission.Shed:
+		return "shed"
+	case admission.QueueTimeout:
+		return "queue-timeout"
+	}
+	return "budget"
+}
+
+// originLimits is an origin's budget as the admission package takes it.
+func originLimits(oc *config.Origin) admission.OriginLimits {
+	return admission.OriginLimits{
+		MaxConcurrency: oc.MaxConcurrency,
+		MaxRate:        oc.MaxRate,
+		SlowStart:      oc.SlowStart,
+		QueueTimeout:   oc.QueueTimeout,
+	}
+}
+
+// reserveHigh keeps the top of each origin's budget for its high routes'
+// fetches, on origins that have any (admission.Priority).
+func reserveHigh(cfg *config.Config, states map[string]*originState) {
+	high := make(map[string]bool, len(states))
+	for _, rc := range cfg.Routes {
+		if rc.Priority == "high" {
+			high[rc.Origin] = true
+		}
+	}
+	for name, st := range states {
+		st.budget.SetReserveHigh(high[name])
+	}
 }
