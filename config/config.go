@@ -446,6 +446,11 @@ type RouteCache struct {
 	// URL has at most one variant per coding. Default [br, gzip]; [] or
 	// ["*"] forwards Accept-Encoding as the client sent it.
 	AcceptEncoding []string `yaml:"accept_encoding"`
+	// TTLJitter shortens each stored entry's freshness lifetime by a
+	// random fraction in [0, TTLJitter), so entries stored together do
+	// not expire together (a synchronized miss storm). Never lengthens
+	// what the origin allowed. Default 0, at most 0.5.
+	TTLJitter float64 `yaml:"ttl_jitter"`
 }
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:

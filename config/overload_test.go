@@ -57,6 +57,12 @@ routes:
 			{6, "routes[0].priority", `must be one of low, normal, high, got "urgent"`},
 			{7, "routes[1].priority", `got "High"`},
 		}},
+		{"ttl_jitter", head + `  - {name: r, hosts: [a.example], origin: a, cache: {ttl_jitter: 0.6}}
+  - {name: s, hosts: [b.example], origin: a, cache: {ttl_jitter: -0.1}}
+`, []want{
+			{4, "routes[0].cache.ttl_jitter", "must be a fraction in [0, 0.5], got 0.6"},
+			{5, "routes[1].cache.ttl_jitter", "got -0.1"},
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

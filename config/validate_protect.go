@@ -111,6 +111,9 @@ func (d *decoder) validateProtection(c *Config) {
 			d.problem(p+".cost", "must be in [1, %d] tokens, got %d", maxCost, r.Cost)
 		}
 		d.oneOf(p+".priority", r.Priority, "low", "normal", "high")
+		if j := r.Cache.TTLJitter; !(j >= 0 && j <= 0.5) {
+			d.problem(p+".cache.ttl_jitter", "must be a fraction in [0, 0.5], got %g", j)
+		}
 		if r.Cache.TenantScoped && t == nil && r.Tenant == "" {
 			d.problem(p+".cache.tenant_scoped", "needs a tenants: section or a route tenant")
 		}

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -283,5 +285,120 @@ func TestPriorityShedding(t *testing.T) {
 				t.Errorf("shield_shed_total{route=bulk,priority=low,reason=shed} = %v, want ≥ %d", got, bulk.details["shed"]+1)
 			}
 		})
+	}
+}
+
+// csParam returns the value of parameter name in shield's Cache-Status
+// member ("" when absent).
+func csParam(h http.Header, name string) string {
+	for member := range strings.SplitSeq(strings.Join(h.Values("Cache-Status"), ","), ",") {
+		params := strings.Split(member, ";")
+		if strings.TrimSpace(params[0]) != "shield" {
+			continue
+		}
+		for _, p := range params[1:] {
+			if k, v, _ := strings.Cut(strings.TrimSpace(p), "="); k == name {
+				return strings.Trim(v, `"`)
+			}
+		}
+	}
+	return ""
+}
+
+// TestTTLJitterSpread: 1,000 entries stored within about a second with
+// max-age=1000 on a route with ttl_jitter 0.2 expire spread over ≥ 20 %
+// of their lifetime (the expiry a hit's Cache-Status ttl announces; 2 s
+// of slack for ttl's whole seconds and for the band (800 s, 1000 s] that
+// 1,000 samples cannot quite span), none later than the origin allowed;
+// on a route without jitter they expire within the time it took to store
+// them.
+func TestTTLJitterSpread(t *testing.T) {
+	t.Parallel()
+	e := newOverloadEnv(t, func(*config.Origin) {}, `routes:
+  - { name: jit, hosts: ["*"], path_prefix: /jit/, origin: demo, cache: { ttl_jitter: 0.2 } }
+  - { name: plain, hosts: ["*"], path_prefix: /, origin: demo }
+`)
+	const maxAge = 1000
+	for _, tc := range []struct {
+		prefix    string
+		n         int
+		minSpread float64 // seconds
+		maxSpread float64
+	}{
+		{"/jit/", 1000, 0.2*maxAge - 2, 0.2*maxAge + 5},
+		{"/plain/", 200, 0, 5},
+	} {
+		urls := make([]string, tc.n)
+		for i := range urls {
+			urls[i] = fmt.Sprintf("%s%d?cc=max-age%%3D%d", tc.prefix, i, maxAge)
+		}
+		start := time.Now()
+		e.parallelGets(urls, 16, func(i int, r result) {
+			if r.status != http.StatusOK || !parseCacheStatus(r.header).stored {
+				t.Errorf("store %s: %v, want 200 stored", urls[i], r)
+			}
+		})
+		storeTook := time.Since(start)
+		var minExp, maxExp float64
+		var mu sync.Mutex
+		first := true
+		e.parallelGets(urls, 16, func(i int, r result) {
+			now := float64(time.Now().UnixNano()) / 1e9
+			ttl, err := strconv.Atoi(csParam(r.header, "ttl"))
+			if r.status != http.StatusOK || !parseCacheStatus(r.header).hit || err != nil {
+				t.Errorf("hit %s: %v, want 200 hit with a ttl", urls[i], r)
+				return
+			}
+			if ttl > maxAge {
+				t.Errorf("%s: ttl %d above the origin's max-age %d", urls[i], ttl, maxAge)
+			}
+			exp := now + float64(ttl)
+			mu.Lock()
+			if first || exp < minExp {
+				minExp = exp
+			}
+			if first || exp > maxExp {
+				maxExp = exp
+			}
+			first = false
+			mu.Unlock()
+		})
+		spread := maxExp - minExp
+		t.Logf("%s: %d entries stored in %v expire spread over %.1fs of a %ds lifetime (%.1f%%)", tc.prefix, tc.n, storeTook.Round(time.Millisecond), spread, maxAge, 100*spread/maxAge)
+		if spread < tc.minSpread || spread > tc.maxSpread+storeTook.Seconds() {
+			t.Errorf("%s: expiry spread %.1fs, want in [%.0f, %.0f]s", tc.prefix, spread, tc.minSpread, tc.maxSpread+storeTook.Seconds())
+		}
+	}
+}
+
+// parallelGets GETs every url with workers at a time and hands each
+// answer to check; transport errors fail the test.
+func (e *env) parallelGets(urls []string, workers int, check func(i int, r result)) {
+	e.t.Helper()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				r, err := e.try(http.MethodGet, urls[i])
+				if err != nil {
+					mu.Lock()
+					failed = cmp.Or(failed, err)
+					mu.Unlock()
+					continue
+				}
+				check(i, r)
+			}
+		})
+	}
+	for i := range urls {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if failed != nil {
+		e.t.Fatalf("transport error: %v", failed)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/config"
+	"time"
 )
 
 // overload is a route's overload controls (docs/configuration.md,
@@ -13,6 +14,9 @@ type overload struct {
 	cost int
 	// prio orders the route's fetches when the origin budget is short.
 	prio admission.Priority
+	// ttlJitter is cache.ttl_jitter: stored lifetimes are shortened by a
+	// random fraction below it.
+	ttlJitter float64
 	// shed counts the route's origin budget refusals by detail
 	// (shield_shed_total{route,priority,reason}).
 	shed [len(shedReasons)]*metrics.Counter
@@ -24,7 +28,7 @@ var shedReasons = [...]string{"budget", "origin-share", "shed", "queue-timeout"}
 
 func (p *Proxy) routeOverload(rc *config.Route) overload {
 	prio, _ := admission.ParsePriority(rc.Priority) // validated by config
-	o := overload{cost: max(rc.Cost, 1), prio: prio}
+	o := overload{cost: max(rc.Cost, 1), prio: prio, ttlJitter: rc.Cache.TTLJitter}
 	for i, r := range shedReasons {
 		o.shed[i] = p.g.set.GetOrCreateCounter(`shield_shed_total{route="` + rc.Name + `",priority="` + prio.String() + `",reason="` + r + `"}`)
 	}
@@ -77,4 +81,15 @@ func reserveHigh(cfg *config.Config, states map[string]*originState) {
 	for name, st := range states {
 		st.budget.SetReserveHigh(high[name])
 	}
+}
+
+// jitterLifetime shortens lifetime by the fraction u·jitter (u uniform in
+// [0, 1)), so entries stored at the same moment expire spread over
+// jitter × lifetime instead of all at once. It never lengthens it; a
+// jitter outside (0, 0.5] (or a u outside [0, 1)) changes nothing.
+func jitterLifetime(lifetime time.Duration, jitter, u float64) time.Duration {
+	if lifetime <= 0 || !(jitter > 0 && jitter <= 0.5) || !(u >= 0 && u < 1) {
+		return lifetime
+	}
+	return lifetime - time.Duration(float64(lifetime)*jitter*u)
 }
