@@ -451,6 +451,11 @@ type RouteCache struct {
 	// not expire together (a synchronized miss storm). Never lengthens
 	// what the origin allowed. Default 0, at most 0.5.
 	TTLJitter float64 `yaml:"ttl_jitter"`
+	// EagerRefresh, a fraction of the freshness lifetime in (0, 1): a hit
+	// on an entry at least this far into its lifetime starts one
+	// background refresh (coalesced like stale-while-revalidate's), so a
+	// steadily requested key is never a miss or stale. Default 0: off.
+	EagerRefresh float64 `yaml:"eager_refresh"`
 }
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:

@@ -63,6 +63,12 @@ routes:
 			{4, "routes[0].cache.ttl_jitter", "must be a fraction in [0, 0.5], got 0.6"},
 			{5, "routes[1].cache.ttl_jitter", "got -0.1"},
 		}},
+		{"eager_refresh", head + `  - {name: r, hosts: [a.example], origin: a, cache: {eager_refresh: 1}}
+  - {name: s, hosts: [b.example], origin: a, cache: {eager_refresh: -0.5}}
+`, []want{
+			{4, "routes[0].cache.eager_refresh", "must be a fraction of the lifetime in (0, 1), or 0 (off), got 1"},
+			{5, "routes[1].cache.eager_refresh", "got -0.5"},
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

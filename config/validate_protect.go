@@ -114,6 +114,9 @@ func (d *decoder) validateProtection(c *Config) {
 		if j := r.Cache.TTLJitter; !(j >= 0 && j <= 0.5) {
 			d.problem(p+".cache.ttl_jitter", "must be a fraction in [0, 0.5], got %g", j)
 		}
+		if f := r.Cache.EagerRefresh; !(f >= 0 && f < 1) {
+			d.problem(p+".cache.eager_refresh", "must be a fraction of the lifetime in (0, 1), or 0 (off), got %g", f)
+		}
 		if r.Cache.TenantScoped && t == nil && r.Tenant == "" {
 			d.problem(p+".cache.tenant_scoped", "needs a tenants: section or a route tenant")
 		}

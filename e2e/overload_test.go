@@ -402,3 +402,70 @@ func (e *env) parallelGets(urls []string, workers int, check func(i int, r resul
 		e.t.Fatalf("transport error: %v", failed)
 	}
 }
+
+// TestEagerRefreshSteadyKey: a key requested 50×/s for 20 s on a route
+// with eager_refresh 0.8 (max-age=2, an ETag, so refreshes are
+// conditional) is answered from the cache every time after the first
+// miss: never a miss, never stale, while the origin sees about one
+// refresh per 1.6 s of lifetime (the entry's age starts at its Date's
+// sub-second part, so between one per 0.6 s and one per 2 s). The
+// control key on a route without it goes stale or misses every ~2 s.
+func TestEagerRefreshSteadyKey(t *testing.T) {
+	t.Parallel()
+	e := newOverloadEnv(t, func(*config.Origin) {}, `routes:
+  - { name: eager, hosts: ["*"], path_prefix: /eager/, origin: demo, cache: { eager_refresh: 0.8 } }
+  - { name: plain, hosts: ["*"], path_prefix: /, origin: demo }
+`)
+	const (
+		run  = 20 * time.Second
+		rate = 50
+	)
+	type tally struct {
+		hits, other int
+		samples     []string
+	}
+	paths := []string{"/eager/k", "/plain/k"}
+	tallies := make([]tally, len(paths))
+	var wg sync.WaitGroup
+	for i, path := range paths {
+		u := path + "?cc=max-age%3D2&etag=1"
+		wantForwarded(t, "first GET of "+path, e.get(u))
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second / rate)
+			defer tick.Stop()
+			for end := time.Now().Add(run); time.Now().Before(end); <-tick.C {
+				r, err := e.try(http.MethodGet, u)
+				tl := &tallies[i]
+				if err == nil && classify(r) == kindFresh {
+					tl.hits++
+					continue
+				}
+				tl.other++
+				if len(tl.samples) < 5 {
+					tl.samples = append(tl.samples, fmt.Sprintf("%v %v", r, err))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := e.stats()
+	eager, plain := tallies[0], tallies[1]
+	fetches := s.ByPath["/eager/k"] - 1
+	t.Logf("eager: %d hits, %d other %q; %d refreshes in %v (one per %v, %d answered 304); plain: %d hits, %d other",
+		eager.hits, eager.other, eager.samples, fetches, run, (run / time.Duration(max(fetches, 1))).Round(time.Millisecond), s.NotModified, plain.hits, plain.other)
+	if eager.other > 0 {
+		t.Errorf("eager route: %d of %d answers were not fresh hits, first %q", eager.other, eager.hits+eager.other, eager.samples)
+	}
+	if eager.hits < rate*int(run/time.Second)/2 {
+		t.Errorf("eager route: only %d hits in %v at %d/s", eager.hits, run, rate)
+	}
+	if lo, hi := int64(run/(2*time.Second)), int64(run/(600*time.Millisecond)); fetches < lo || fetches > hi {
+		t.Errorf("eager route: %d origin refreshes in %v, want %d..%d", fetches, run, lo, hi)
+	}
+	if plain.other == 0 {
+		t.Errorf("control: the route without eager_refresh never missed or served stale in %v of max-age=2", run)
+	}
+	if v := seriesValue(e.scrapeTenants(), "shield_eager_refreshes_total", "route", "eager"); v < float64(fetches) {
+		t.Errorf("shield_eager_refreshes_total{route=eager} = %v, want ≥ %d", v, fetches)
+	}
+}

@@ -51,6 +51,7 @@ var metricHelp = map[string][2]string{
 	"shield_origin_fetch_duration_seconds":         {"histogram", "Origin fetch latency to the response head, by origin."},
 	"shield_origin_in_flight":                      {"gauge", "Origin fetches in flight, by origin."},
 	"shield_origin_budget_rejections_total":        {"counter", "Origin fetches refused by the origin budget, by origin and reason (concurrency, rate, origin_share, shed, queue_timeout)."},
+	"shield_eager_refreshes_total":                 {"counter", "Background refreshes started by cache.eager_refresh (a hit past that point of its entry's lifetime), by route."},
 	"shield_shed_total":                            {"counter", "Requests whose origin fetch the origin budget refused, by route, route priority and reason (the Cache-Status detail: budget, origin-share, shed, queue-timeout)."},
 	"shield_origin_retries_total":                  {"counter", "Origin fetches retried after a connection error, by origin."},
 	"shield_origin_stale_connection_retries_total": {"counter", "Requests sent again at once on a new connection after a pooled keep-alive connection broke before any response byte (not origin failures), by origin."},

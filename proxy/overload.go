@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"bytes"
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/valyala/fasthttp"
 	"time"
 )
 
@@ -17,6 +20,11 @@ type overload struct {
 	// ttlJitter is cache.ttl_jitter: stored lifetimes are shortened by a
 	// random fraction below it.
 	ttlJitter float64
+	// eagerRefresh is cache.eager_refresh: the fraction of an entry's
+	// lifetime from which a hit starts a background refresh (0: off).
+	eagerRefresh float64
+	// eagerRefreshes counts the refreshes eager_refresh started.
+	eagerRefreshes *metrics.Counter
 	// shed counts the route's origin budget refusals by detail
 	// (shield_shed_total{route,priority,reason}).
 	shed [len(shedReasons)]*metrics.Counter
@@ -28,7 +36,8 @@ var shedReasons = [...]string{"budget", "origin-share", "shed", "queue-timeout"}
 
 func (p *Proxy) routeOverload(rc *config.Route) overload {
 	prio, _ := admission.ParsePriority(rc.Priority) // validated by config
-	o := overload{cost: max(rc.Cost, 1), prio: prio, ttlJitter: rc.Cache.TTLJitter}
+	o := overload{cost: max(rc.Cost, 1), prio: prio, ttlJitter: rc.Cache.TTLJitter, eagerRefresh: rc.Cache.EagerRefresh}
+	o.eagerRefreshes = p.g.set.GetOrCreateCounter(`shield_eager_refreshes_total{route="` + rc.Name + `"}`)
 	for i, r := range shedReasons {
 		o.shed[i] = p.g.set.GetOrCreateCounter(`shield_shed_total{route="` + rc.Name + `",priority="` + prio.String() + `",reason="` + r + `"}`)
 	}
@@ -92,4 +101,32 @@ func jitterLifetime(lifetime time.Duration, jitter, u float64) time.Duration {
 		return lifetime
 	}
 	return lifetime - time.Duration(float64(lifetime)*jitter*u)
+}
+
+// eagerRefresh starts one background refresh of a fresh entry e (decoded
+// from b, read age ago) that is past the route's eager_refresh point of
+// its lifetime, so the key is refreshed before it goes stale. It reuses
+// stale-while-revalidate's refresh: coalesced on the key's flight, a
+// conditional request when e has a validator. Before the point, or while
+// a fetch of the key is in flight, it does nothing and allocates nothing;
+// only starting the refresh allocates (a copy of b, the request).
+func (p *Proxy) eagerRefresh(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *entry, b []byte, age time.Duration) {
+	if e.kind == kindNearCopy || float64(age) < float64(e.lifetime)*rte.eagerRefresh {
+		return
+	}
+	key := sc.flightKey()
+	if p.fl.has(key, cachekey.Digest(key)) {
+		return
+	}
+	rte.eagerRefreshes.Inc()
+	p.refreshInBackground(ctx, rt, rte, sc, bytes.Clone(b))
+}
+
+// has reports whether a fetch of key is in flight, without joining it.
+func (fs *flights) has(key []byte, digest uint64) bool {
+	s := &fs.shards[digest%flightShards]
+	s.mu.Lock()
+	_, ok := s.m[string(key)]
+	s.mu.Unlock()
+	return ok
 }

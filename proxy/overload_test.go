@@ -1,11 +1,16 @@
 package proxy
 
 import (
+	"bytes"
 	"math/rand/v2"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // TestJitterLifetime: 1,000 entries stored within one second with
@@ -84,5 +89,56 @@ func TestDecideTTLJitter(t *testing.T) {
 	}
 	if len(seen) < 40 {
 		t.Errorf("50 decisions gave %d distinct lifetimes: not jittered", len(seen))
+	}
+}
+
+// TestEagerRefresh: with eager_refresh 0.8, a hit on an entry 9 s into a
+// 10 s lifetime (the origin says Age: 9) is answered from the cache and
+// starts one background refresh; the hits that arrive while it runs are
+// hits too and start no other; once it is stored the hits carry the new
+// body. An entry before the point starts nothing.
+func TestEagerRefresh(t *testing.T) {
+	release := make(chan struct{})
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		if n == 2 {
+			<-release
+		}
+		age := "9"
+		if strings.Contains(r.URL.RawQuery, "young") {
+			age = "0"
+		}
+		w.Header().Set("Cache-Control", "public, max-age=10")
+		w.Header().Set("Age", age)
+		_, _ = w.Write([]byte("body " + itoa(int(n))))
+	})
+	p := newTestProxy(t, o.addr(), func(c *config.Config) { c.Routes[0].Cache.EagerRefresh = 0.8 })
+	if s := summary(serve(p, get(t, "/e"))); s.code != 200 || s.body != "body 1" {
+		t.Fatalf("first GET: %+v", s)
+	}
+	for i := range 20 {
+		ctx := serve(p, get(t, "/e"))
+		s := summary(ctx)
+		if s.code != 200 || s.body != "body 1" || !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
+			t.Fatalf("hit %d during the refresh: %+v, Cache-Status %q", i, s, ctx.Response.Header.PeekBytes(hCacheStatus))
+		}
+	}
+	waitUntil(t, "the refresh to reach the origin", func() bool { return o.hits.Load() == 2 })
+	close(release)
+	waitUntil(t, "the refreshed entry", func() bool {
+		return summary(serve(p, get(t, "/e"))).body == "body 2" || o.hits.Load() > 3
+	})
+	if n := o.hits.Load(); n != 2 && n != 3 {
+		// 3: a hit on the refreshed entry (Age 9 again) may start the next one.
+		t.Fatalf("origin saw %d requests, want 2 (one refresh for 21 hits)", n)
+	}
+
+	// Young entry: no refresh.
+	serve(p, get(t, "/e?young=1"))
+	before := o.hits.Load()
+	for range 10 {
+		serve(p, get(t, "/e?young=1"))
+	}
+	if n := o.hits.Load(); n != before {
+		t.Fatalf("hits on an entry before the eager point reached the origin %d times", n-before)
 	}
 }

@@ -238,6 +238,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		st := e.classify(age, &sc.cc)
 		switch {
 		case st == stale.Fresh:
+			if rte.eagerRefresh > 0 && !readThrough {
+				p.eagerRefresh(ctx, rt, rte, sc, &e, b, age)
+			}
 			p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 			return resHit
 		case readThrough:
