@@ -343,6 +343,12 @@ type Origin struct {
 	// concurrency budget before it is refused (503, or a stale copy where
 	// stale-if-error allows). Default 50ms; 0 refuses at once.
 	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// ShuffleShard, when > 0, sends each tenant's fetches to its own
+	// stable subset of this many servers (rendezvous hash of the tenant
+	// class), health and ejection applying within it, so one tenant's
+	// traffic that breaks servers breaks only its shard. Default 0: every
+	// tenant uses all servers. At most len(Servers).
+	ShuffleShard int `yaml:"shuffle_shard"`
 	// Breaker is the origin's circuit breaker.
 	Breaker Breaker `yaml:"breaker"`
 }

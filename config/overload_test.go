@@ -63,6 +63,17 @@ routes:
 			{4, "routes[0].cache.ttl_jitter", "must be a fraction in [0, 0.5], got 0.6"},
 			{5, "routes[1].cache.ttl_jitter", "got -0.1"},
 		}},
+		{"shuffle_shard", `listen: :80
+origins:
+  a: {servers: [x:1, y:1], shuffle_shard: 3}
+  b: {servers: [x:1], shuffle_shard: -1}
+routes:
+  - {name: r, hosts: [a.example], origin: a}
+  - {name: s, hosts: [b.example], origin: b}
+`, []want{
+			{3, "origins.a.shuffle_shard", "must be in [0, 2] (0: all servers; at most the number of servers), got 3"},
+			{4, "origins.b.shuffle_shard", "must be in [0, 1]"},
+		}},
 		{"eager_refresh", head + `  - {name: r, hosts: [a.example], origin: a, cache: {eager_refresh: 1}}
   - {name: s, hosts: [b.example], origin: a, cache: {eager_refresh: -0.5}}
 `, []want{

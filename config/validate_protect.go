@@ -42,6 +42,9 @@ func (d *decoder) validateProtection(c *Config) {
 			d.problem(p+".max_rate", "must be ≥ 0 (0: no rate limit), got %g", o.MaxRate)
 		}
 		d.nonNegative(p+".slow_start", o.SlowStart)
+		if o.ShuffleShard < 0 || o.ShuffleShard > len(o.Servers) {
+			d.problem(p+".shuffle_shard", "must be in [0, %d] (0: all servers; at most the number of servers), got %d", len(o.Servers), o.ShuffleShard)
+		}
 		if o.QueueTimeout < 0 || o.QueueTimeout > maxQueueTimeout {
 			d.problem(p+".queue_timeout", "must be in [0, %v] (0: no waiting), got %v", maxQueueTimeout, o.QueueTimeout)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -53,13 +54,17 @@ tenants:
 
 // newOverloadEnv is newTenantEnv with the demo origin's settings set by
 // origin (max_concurrency, queue_timeout, …) and body holding routes (and
-// tenants, if any).
-func newOverloadEnv(t *testing.T, origin func(o *config.Origin), body string) *env {
+// tenants, if any); before runs once the demo origin is up, before the
+// configuration is written (e.g. to start more origin servers).
+func newOverloadEnv(t *testing.T, origin func(o *config.Origin), body string, before ...func(t *testing.T)) *env {
 	t.Helper()
 	e := &env{t: t, originAddr: freeAddr(t), client: newClient()}
 	t.Cleanup(e.client.CloseIdleConnections)
 	e.origin = startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", e.originAddr)
 	e.origin.waitReady(t, "http://"+e.originAddr+"/__origin/stats")
+	for _, f := range before {
+		f(t)
+	}
 	e.cfg = shieldConfig{Listen: freeAddr(t), Admin: freeAddr(t), Origin: e.originAddr, Extra: []confOpt{
 		with(func(c *config.Config) { c.Origins["demo"].Timeout = 5 * time.Second }),
 		yamlSection(body),
@@ -467,5 +472,116 @@ func TestEagerRefreshSteadyKey(t *testing.T) {
 	}
 	if v := seriesValue(e.scrapeTenants(), "shield_eager_refreshes_total", "route", "eager"); v < float64(fetches) {
 		t.Errorf("shield_eager_refreshes_total{route=eager} = %v, want ≥ %d", v, fetches)
+	}
+}
+
+// TestShuffleShard: an origin of 4 demo-origin servers with
+// shuffle_shard 2. Each of 6 tenant classes' fetches reach exactly 2
+// servers, always the same 2, while the classes together use more than 2
+// (the subsets are per tenant); a server of one tenant's shard that fails
+// is ejected and the tenant's fetches go to the shard's other server
+// only, never to a server outside its shard.
+func TestShuffleShard(t *testing.T) {
+	t.Parallel()
+	addrs := []string{}
+	e := newOverloadEnv(t, func(o *config.Origin) {
+		o.ShuffleShard = 2
+		o.Breaker.Disabled = true // the 500s below are one server's, for its ejection
+		o.Servers = append([]string{o.Servers[0]}, addrs...)
+	}, `routes:
+  - { name: demo, hosts: ["*"], path_prefix: /, origin: demo }
+tenants:
+  identify: { header: X-Tenant-ID }
+  default: { rate: 10000, max_concurrency: 100 }
+  classes:
+    t1: { rate: 10000, max_concurrency: 100 }
+    t2: { rate: 10000, max_concurrency: 100 }
+    t3: { rate: 10000, max_concurrency: 100 }
+    t4: { rate: 10000, max_concurrency: 100 }
+    t5: { rate: 10000, max_concurrency: 100 }
+    t6: { rate: 10000, max_concurrency: 100 }
+`, func(t *testing.T) {
+		for range 3 {
+			a := freeAddr(t)
+			p := startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", a)
+			p.waitReady(t, "http://"+a+"/__origin/stats")
+			addrs = append(addrs, a)
+		}
+	})
+	all := append([]string{e.originAddr}, addrs...)
+	totals := func() []int64 {
+		out := make([]int64, len(all))
+		for i, a := range all {
+			r, err := doHTTP(e.client, http.MethodGet, "http://"+a+"/__origin/stats")
+			var s originStats
+			if err != nil || r.status != http.StatusOK || json.Unmarshal(r.body, &s) != nil {
+				t.Fatalf("stats of %s: %v %v", a, r, err)
+			}
+			out[i] = s.Total
+		}
+		return out
+	}
+	// send n fetches as tenant and returns which servers they reached and
+	// how many answers had status want.
+	send := func(tenant string, n int, want int) (used map[int]int64, ok int) {
+		before := totals()
+		for i := range n {
+			r := e.get(fmt.Sprintf("/s/%s/%d-%d?cc=no-store", tenant, time.Now().UnixNano(), i), "X-Tenant-ID", tenant)
+			if r.status == want {
+				ok++
+			}
+		}
+		used = map[int]int64{}
+		for i, v := range totals() {
+			if d := v - before[i]; d > 0 {
+				used[i] = d
+			}
+		}
+		return used, ok
+	}
+	union := map[int]bool{}
+	shards := map[string]map[int]int64{}
+	for _, tn := range []string{"t1", "t2", "t3", "t4", "t5", "t6"} {
+		used, ok := send(tn, 40, http.StatusOK)
+		if ok != 40 || len(used) != 2 {
+			t.Fatalf("tenant %s: %d of 40 ok, fetches reached servers %v; want all ok on exactly 2 servers", tn, ok, used)
+		}
+		again, _ := send(tn, 20, http.StatusOK)
+		for i := range again {
+			if used[i] == 0 {
+				t.Fatalf("tenant %s: first on servers %v, then also on %d", tn, used, i)
+			}
+		}
+		shards[tn] = used
+		for i := range used {
+			union[i] = true
+		}
+	}
+	t.Logf("shards (server index → fetches): %v", shards)
+	if len(union) <= 2 {
+		t.Errorf("6 tenants all used the same servers %v: not sharded per tenant", union)
+	}
+
+	var a, b int = -1, -1
+	for i := range shards["t1"] {
+		if a < 0 {
+			a = i
+		} else {
+			b = i
+		}
+	}
+	r, err := doHTTP(e.client, http.MethodPost, "http://"+all[a]+"/__origin/fault?mode=error")
+	if err != nil || r.status != http.StatusOK {
+		t.Fatalf("fault on %s: %v %v", all[a], r, err)
+	}
+	used, _ := send("t1", 30, http.StatusOK) // until the failing server is ejected
+	for i := range used {
+		if i != a && i != b {
+			t.Fatalf("t1 with server %d failing reached server %d outside its shard {%d, %d}: %v", a, i, a, b, used)
+		}
+	}
+	used, ok := send("t1", 20, http.StatusOK)
+	if ok != 20 || len(used) != 1 || used[b] != 20 {
+		t.Fatalf("t1 after server %d's ejection: %d of 20 ok, servers %v; want all on %d", a, ok, used, b)
 	}
 }

@@ -119,12 +119,12 @@ func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthtt
 	o.m.inFlight.Add(1)
 	start := time.Now()
 	deadline := start.Add(o.timeout)
-	s := o.servers.pick(start, nil)
+	s := o.servers.pick(start, nil, t)
 	err := o.attempt(s, req, resp, deadline, idem)
 	if err != nil && idem && breaker.Retryable(err) && o.retry.TryRetry(time.Now()) {
 		o.m.retries.Inc()
 		resp.Reset()
-		s = o.servers.pick(time.Now(), s)
+		s = o.servers.pick(time.Now(), s, t)
 		err = o.attempt(s, req, resp, time.Now().Add(o.timeout), idem)
 	}
 	o.m.inFlight.Add(-1)

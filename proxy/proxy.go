@@ -267,7 +267,7 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	rt.table = table
-	reserveHigh(cfg, states)
+	originOverload(cfg, states)
 	p.rt.Store(rt)
 	return nil
 }
