@@ -212,7 +212,8 @@ func TestQueueTimeoutFastRefusal(t *testing.T) {
 // on a `high` one, every request a miss. Low may hold at most half the
 // budget, so high keeps ≥ 90 % success while low is shed (503,
 // Retry-After, detail=shed), counted in
-// shield_shed_total{route,priority,reason}. The control runs the same
+// shield_shed_total{route,priority,reason} and on the status page. The
+// control runs the same
 // surge with both routes `normal`: the 2 clients then lose most of their
 // requests to the 16 (so the test can tell).
 func TestPriorityShedding(t *testing.T) {
@@ -288,6 +289,21 @@ func TestPriorityShedding(t *testing.T) {
 			m := e.scrapeTenants()
 			if got := seriesValue(m, "shield_shed_total", "route", "bulk", "priority", "low", "reason", "shed"); got < float64(bulk.details["shed"])+1 {
 				t.Errorf("shield_shed_total{route=bulk,priority=low,reason=shed} = %v, want ≥ %d", got, bulk.details["shed"]+1)
+			}
+			// The status page shows the same by route and priority.
+			st := fetchStatus(t, "http://"+e.cfg.Admin+"/status.json")
+			for _, r := range st.Routes {
+				want := map[string]string{"vip": "high", "bulk": "low"}[r.Name]
+				if r.Priority != want {
+					t.Errorf("status page: route %s priority %q, want %q", r.Name, r.Priority, want)
+				}
+				if r.Name == "bulk" && r.Shed["shed"] < uint64(bulk.details["shed"])+1 {
+					t.Errorf("status page: bulk shed %v, want shed ≥ %d", r.Shed, bulk.details["shed"]+1)
+				}
+			}
+			page, err := doHTTP(e.client, http.MethodGet, "http://"+e.cfg.Admin+"/")
+			if err != nil || !strings.Contains(string(page.body), "low: ") {
+				t.Errorf("status page HTML lacks the bulk route's priority and refusals: %v %v", page, err)
 			}
 		})
 	}
