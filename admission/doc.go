@@ -71,8 +71,20 @@
 //     cost no share; a coalesced fetch is charged to the tenant that leads
 //     it; a nil tenant (background refresh) is checked against the budget
 //     only.
-//   - Acquire checks, in order, concurrency, tenant share, then rate, and takes
-//     the token last, so a refused fetch consumes nothing.
+//   - Acquire checks, in order, concurrency, the priority's cap, tenant
+//     share, then rate, and takes the token last, so a refused fetch
+//     consumes nothing.
+//   - Waiting: AcquireWait waits up to OriginLimits.QueueTimeout for a slot
+//     when the budget (or the priority's cap) refuses; every Release wakes
+//     the waiters, who compete again. Past the timeout the fetch is
+//     refused (QueueTimeout, or Shed when only its priority's cap was
+//     full), so a surge is answered within about QueueTimeout, never
+//     parked until the origin's timeout. Rate and origin-share refusals do
+//     not wait: a freed slot would not change them.
+//   - Priority: Low fetches may start while fewer than 50% of the slots
+//     are taken, Normal 80% when SetReserveHigh is on (100% otherwise),
+//     High 100% (see Priority). The caps bound the total in flight, so
+//     shedding needs no per-priority bookkeeping.
 //
 // Everything on the request path (Lookup, Admit, Done, Acquire, Release,
 // accepted or refused) does 0 allocations; alloc_test.go asserts it.

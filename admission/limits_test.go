@@ -140,7 +140,7 @@ func TestReasonString(t *testing.T) {
 		r    Reason
 		want string
 	}{
-		{None, "none"}, {Rate, "rate"}, {Concurrency, "concurrency"}, {OriginShare, "origin_share"}, {Reason(200), "unknown"},
+		{None, "none"}, {Rate, "rate"}, {Concurrency, "concurrency"}, {OriginShare, "origin_share"}, {Shed, "shed"}, {QueueTimeout, "queue_timeout"}, {Reason(200), "unknown"},
 	}
 	for _, tt := range tests {
 		if got := tt.r.String(); got != tt.want {

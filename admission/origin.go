@@ -22,6 +22,9 @@ type OriginLimits struct {
 	// max(1, MaxConcurrency/10) to MaxConcurrency after StartRamp.
 	// 0 = no ramp.
 	SlowStart time.Duration
+	// QueueTimeout is how long AcquireWait waits for a slot before it
+	// refuses. 0 = no waiting (refused at once, like Acquire).
+	QueueTimeout time.Duration
 }
 
 // Validate reports every problem in l, joined.
@@ -36,6 +39,9 @@ func (l OriginLimits) Validate() error {
 	if l.SlowStart < 0 {
 		errs = append(errs, fmt.Errorf("admission: origin slow_start must be ≥ 0, got %v", l.SlowStart))
 	}
+	if l.QueueTimeout < 0 {
+		errs = append(errs, fmt.Errorf("admission: origin queue_timeout must be ≥ 0, got %v", l.QueueTimeout))
+	}
 	return errors.Join(errs...)
 }
 
@@ -49,6 +55,8 @@ type Origin struct {
 	cfg  atomic.Pointer[originConfig]
 	// rampStart is the UnixNano of the last StartRamp, or noRamp.
 	rampStart atomic.Int64
+	// reserveHigh: see SetReserveHigh.
+	reserveHigh atomic.Bool
 
 	// mu makes Acquire's check-then-take atomic across the total and the
 	// per-tenant counts. Only misses take it, never a hit.
@@ -59,6 +67,9 @@ type Origin struct {
 	byTenant map[*Tenant]int
 	// inFlight is written under mu and read lock-free by InFlight.
 	inFlight atomic.Int64
+	// wake, when not nil, is closed (and cleared) by the next Release or
+	// SetLimits: AcquireWait's waiters sleep on it. Guarded by mu.
+	wake chan struct{}
 
 	acquired atomic.Uint64
 	rejected [NumReasons]atomic.Uint64
@@ -124,6 +135,7 @@ func (o *Origin) SetLimits(l OriginLimits, now time.Time) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.cfg.Store(newOriginConfig(l, o.cfg.Load(), now))
+	o.wakeLocked()
 	return nil
 }
 
@@ -162,29 +174,41 @@ func (o *Origin) InFlight() int { return int(o.inFlight.Load()) }
 // e.g. a background refresh, checked against the budget only). On None the
 // slot is taken and the caller must call Release(t) exactly once. Otherwise
 // the caller is refused at once with the reason and a Retry-After hint.
-// Refusals are also counted on t.
+// Refusals are also counted on t. It is AcquireWait at Normal priority
+// without waiting.
 func (o *Origin) Acquire(now time.Time, t *Tenant) (reason Reason, retryAfter time.Duration) {
 	c := o.cfg.Load()
-	limit := c.limitAt(now, o.rampStart.Load())
-
 	o.mu.Lock()
-	reason = None
+	reason = o.tryLocked(c, now, t, Normal)
+	o.mu.Unlock()
+	return o.count(c, now, t, reason)
+}
+
+// tryLocked takes a slot for t at priority prio, or says why not.
+func (o *Origin) tryLocked(c *originConfig, now time.Time, t *Tenant, prio Priority) Reason {
+	limit := c.limitAt(now, o.rampStart.Load())
+	n := int(o.inFlight.Load())
 	switch {
-	case int(o.inFlight.Load()) >= limit:
-		reason = Concurrency
+	case n >= limit:
+		return Concurrency
+	case n >= prioritySlots(prio, limit, o.reserveHigh.Load()):
+		return Shed
 	case t != nil && o.byTenant[t] >= shareSlots(t.originShare(), limit):
-		reason = OriginShare
+		return OriginShare
 	case c.lim != nil && !c.lim.AllowN(now, 1):
 		// Checked last: the token is taken only when the slot is granted.
-		reason = Rate
-	default:
-		o.inFlight.Add(1)
-		if t != nil {
-			o.byTenant[t]++
-		}
+		return Rate
 	}
-	o.mu.Unlock()
+	o.inFlight.Add(1)
+	if t != nil {
+		o.byTenant[t]++
+	}
+	return None
+}
 
+// count records the outcome of an acquisition and returns it with its
+// Retry-After hint.
+func (o *Origin) count(c *originConfig, now time.Time, t *Tenant, reason Reason) (Reason, time.Duration) {
 	if reason == None {
 		o.acquired.Add(1)
 		return None, 0
@@ -217,6 +241,16 @@ func (o *Origin) Release(t *Tenant) {
 	}
 	if o.inFlight.Load() > 0 {
 		o.inFlight.Add(-1)
+	}
+	o.wakeLocked()
+}
+
+// wakeLocked wakes every AcquireWait waiter; they compete for the slot
+// again. o.mu must be held.
+func (o *Origin) wakeLocked() {
+	if o.wake != nil {
+		close(o.wake)
+		o.wake = nil
 	}
 }
 

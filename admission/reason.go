@@ -13,20 +13,28 @@ const (
 	Concurrency
 	// OriginShare means the tenant already holds its share of the origin.
 	OriginShare
+	// Shed means the origin budget has room only for fetches of a higher
+	// priority (see Priority).
+	Shed
+	// QueueTimeout means no slot came free within the origin's
+	// QueueTimeout.
+	QueueTimeout
 
 	// NumReasons sizes arrays indexed by Reason.
-	NumReasons = int(OriginShare) + 1
+	NumReasons = int(QueueTimeout) + 1
 )
 
 var reasonNames = [NumReasons]string{
-	None:        "none",
-	Rate:        "rate",
-	Concurrency: "concurrency",
-	OriginShare: "origin_share",
+	None:         "none",
+	Rate:         "rate",
+	Concurrency:  "concurrency",
+	OriginShare:  "origin_share",
+	Shed:         "shed",
+	QueueTimeout: "queue_timeout",
 }
 
-// String returns the metric label value: none, rate, concurrency or
-// origin_share.
+// String returns the metric label value: none, rate, concurrency,
+// origin_share, shed or queue_timeout.
 func (r Reason) String() string {
 	if int(r) < NumReasons {
 		return reasonNames[r]

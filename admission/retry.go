@@ -35,9 +35,15 @@ func retryAfterSeconds(secs float64) time.Duration {
 
 // bucketRetryAfter is the time until lim holds one token at now.
 func bucketRetryAfter(lim *rate.Limiter, now time.Time) time.Duration {
+	return bucketRetryAfterN(lim, now, 1)
+}
+
+// bucketRetryAfterN is bucketRetryAfter for a request costing n tokens:
+// the time until n are there.
+func bucketRetryAfterN(lim *rate.Limiter, now time.Time, n int) time.Duration {
 	limit := float64(lim.Limit())
 	if limit <= 0 {
 		return MaxRetryAfter
 	}
-	return retryAfterSeconds((1 - lim.TokensAt(now)) / limit)
+	return retryAfterSeconds((float64(n) - lim.TokensAt(now)) / limit)
 }

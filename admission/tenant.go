@@ -25,6 +25,12 @@ type Tenant struct {
 	inFlight atomic.Int64
 	admitted atomic.Uint64
 	rejected [NumReasons]atomic.Uint64
+	// tokAdmitted and tokRefused count tokens (a request's cost, see
+	// AdmitN) admitted and refused for rate: the demand the usage
+	// exchange reports is in tokens, so a costly route weighs as much in
+	// the fleet's shares as in the bucket.
+	tokAdmitted atomic.Uint64
+	tokRefused  atomic.Uint64
 }
 
 // TenantStats is a snapshot of a Tenant's counters for metrics.
@@ -69,22 +75,33 @@ func (t *Tenant) apply(l Limits, share float64, now time.Time) {
 func (t *Tenant) Share() float64 { return math.Float64frombits(t.share.Load()) }
 
 // usage is the class's cumulative demand (admitted plus refused for
-// rate: every request that reached the bucket) and admitted counts.
-// Concurrency refusals never reached the bucket and are not demand for
-// the rate.
+// rate: every request that reached the bucket) and admitted counts, in
+// tokens. Concurrency refusals never reached the bucket and are not
+// demand for the rate.
 func (t *Tenant) usage() (demanded, admitted uint64) {
-	a := t.admitted.Load()
-	return a + t.rejected[Rate].Load(), a
+	a := t.tokAdmitted.Load()
+	return a + t.tokRefused.Load(), a
 }
 
 // Name is the class name, or DefaultClass: the value for metric labels.
 func (t *Tenant) Name() string { return t.name }
 
-// Admit decides whether a request of this tenant may enter at now. On None
-// one concurrency slot is taken and the caller must call Done exactly once.
-// Otherwise retryAfter is the Retry-After hint (whole seconds, ≥ 1 s).
-// It never blocks and never allocates.
+// Admit is AdmitN(now, 1).
 func (t *Tenant) Admit(now time.Time) (reason Reason, retryAfter time.Duration) {
+	return t.AdmitN(now, 1)
+}
+
+// AdmitN decides whether a request of this tenant costing cost tokens
+// (a route's cost, ≥ 1; smaller counts as 1) may enter at now. On None
+// one concurrency slot is taken and the caller must call Done exactly
+// once. Otherwise retryAfter is the Retry-After hint (whole seconds,
+// ≥ 1 s). It never blocks and never allocates.
+//
+// A cost above this node's burst (a small fleet share of a small burst)
+// is charged as the whole burst: such a request is admitted only from a
+// full bucket, rather than never.
+func (t *Tenant) AdmitN(now time.Time, cost int) (reason Reason, retryAfter time.Duration) {
+	cost = max(cost, 1)
 	limit := int64(t.limits.Load().MaxConcurrency)
 	for {
 		n := t.inFlight.Load()
@@ -98,12 +115,15 @@ func (t *Tenant) Admit(now time.Time) (reason Reason, retryAfter time.Duration) 
 	}
 	// The slot is ours; the token is taken only if one is there, so the
 	// refusal below needs to give back the slot only.
-	if !t.lim.AllowN(now, 1) {
+	n := min(cost, t.lim.Burst())
+	if !t.lim.AllowN(now, n) {
 		t.inFlight.Add(-1)
 		t.rejected[Rate].Add(1)
-		return Rate, bucketRetryAfter(t.lim, now)
+		t.tokRefused.Add(uint64(cost))
+		return Rate, bucketRetryAfterN(t.lim, now, n)
 	}
 	t.admitted.Add(1)
+	t.tokAdmitted.Add(uint64(cost))
 	return None, 0
 }
 

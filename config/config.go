@@ -357,6 +357,16 @@ type Origin struct {
 	// answer; later ones, and every other 1xx, are read and dropped.
 	// Default 3; 0 relays none; at most 100.
 	MaxEarlyHints int `yaml:"max_early_hints"`
+	// QueueTimeout is how long a fetch waits for a slot of the
+	// concurrency budget before it is refused (503, or a stale copy where
+	// stale-if-error allows). Default 50ms; 0 refuses at once.
+	QueueTimeout time.Duration `yaml:"queue_timeout"`
+	// ShuffleShard, when > 0, sends each tenant's fetches to its own
+	// stable subset of this many servers (rendezvous hash of the tenant
+	// class), health and ejection applying within it, so one tenant's
+	// traffic that breaks servers breaks only its shard. Default 0: every
+	// tenant uses all servers. At most len(Servers).
+	ShuffleShard int `yaml:"shuffle_shard"`
 	// Breaker is the origin's circuit breaker.
 	Breaker Breaker `yaml:"breaker"`
 }
@@ -402,6 +412,15 @@ type Route struct {
 	// Tenant, when set, fixes the tenant of every request on this route
 	// (a class name or "default"), whatever the request carries.
 	Tenant string `yaml:"tenant"`
+	// Cost is the number of tokens one request on this route takes from
+	// its tenant's bucket (and counts in the fleet's usage exchange), for
+	// routes whose requests are dearer than others. Default 1, at most
+	// 1000000.
+	Cost int `yaml:"cost"`
+	// Priority orders this route's origin fetches when the origin's
+	// concurrency budget is short: low, normal (default) or high
+	// (admission.Priority has the rule).
+	Priority string `yaml:"priority"`
 }
 
 // RouteCache is a route's cache policy.
@@ -463,6 +482,16 @@ type RouteCache struct {
 	// URL has at most one variant per coding. Default [br, gzip]; [] or
 	// ["*"] forwards Accept-Encoding as the client sent it.
 	AcceptEncoding []string `yaml:"accept_encoding"`
+	// TTLJitter shortens each stored entry's freshness lifetime by a
+	// random fraction in [0, TTLJitter), so entries stored together do
+	// not expire together (a synchronized miss storm). Never lengthens
+	// what the origin allowed. Default 0, at most 0.5.
+	TTLJitter float64 `yaml:"ttl_jitter"`
+	// EagerRefresh, a fraction of the freshness lifetime in (0, 1): a hit
+	// on an entry at least this far into its lifetime starts one
+	// background refresh (coalesced like stale-while-revalidate's), so a
+	// steadily requested key is never a miss or stale. Default 0: off.
+	EagerRefresh float64 `yaml:"eager_refresh"`
 }
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:

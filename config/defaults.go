@@ -103,6 +103,8 @@ func applyDefaults(c *Config, has func(path string) bool) {
 	for i, r := range c.Routes {
 		p := fmt.Sprintf("routes[%d]", i)
 		setDefault(&r.PathPrefix, has(p+".path_prefix"), defaultPathPrefix)
+		setDefault(&r.Cost, has(p+".cost"), 1)
+		setDefault(&r.Priority, has(p+".priority"), "normal")
 		setDefault(&r.Cache.MaxStale, has(p+".cache.max_stale"), defaultMaxStale)
 		setDefault(&r.Cache.SurrogateKeyHeader, has(p+".cache.surrogate_key_header"), defaultSurrogateKeyHeader)
 		setDefault(&r.Cache.Targeted, has(p+".cache.targeted"), []string{"CDN-Cache-Control"})

@@ -110,7 +110,7 @@ func TestFullConfig(t *testing.T) {
 		{"cache", c.Cache, Cache{Size: GiB, MaxObjectSize: 16 * MiB, Path: "/var/lib/shield/cache", HitForMiss: 0,
 			MaxWaiters: 64, WaitTimeout: 3 * time.Second}},
 		{"origins.api", *c.Origins["api"], Origin{Servers: []string{"10.0.0.1:8080", "10.0.0.2:8080"}, Timeout: 2 * time.Second,
-			ConnectTimeout: 250 * time.Millisecond, MaxConcurrency: 100, MaxResponseHeaderSize: 32 * KiB, SlowStart: 30 * time.Second, IdleTimeout: 4 * time.Second,
+			ConnectTimeout: 250 * time.Millisecond, MaxConcurrency: 100, MaxResponseHeaderSize: 32 * KiB, SlowStart: 30 * time.Second, QueueTimeout: 50 * time.Millisecond, IdleTimeout: 4 * time.Second,
 			MaxEarlyHints: 3, Breaker: Breaker{FailureStatuses: []int{502, 503, 504}}}},
 		{"routes[0].hosts lower-cased", c.Routes[0].Hosts, []string{"api.example.com", "api.example.net"}},
 		{"routes[0].cache", c.Routes[0].Cache, RouteCache{DefaultTTL: 30 * time.Second, IgnoreQuery: []string{"utm_source"},

@@ -8,6 +8,17 @@ import (
 // Defaults for origin protection.
 const defaultSlowStart = 30 * time.Second
 
+// defaultQueueTimeout: long enough to catch a slot freed by a fast
+// origin, short enough that a refusal stays fast.
+const defaultQueueTimeout = 50 * time.Millisecond
+
+// maxQueueTimeout: a longer wait is the origin timeout's job.
+const maxQueueTimeout = 10 * time.Second
+
+// maxCost bounds routes[].cost: beyond it a request could never be
+// admitted by any sane burst, which is a typo, not a policy.
+const maxCost = 1000000
+
 // applyProtectionDefaults fills origin-protection settings absent from
 // the file.
 func applyProtectionDefaults(c *Config, has func(string) bool) {
@@ -15,6 +26,7 @@ func applyProtectionDefaults(c *Config, has func(string) bool) {
 	for name, o := range c.Origins {
 		p := join("origins", name)
 		setDefault(&o.SlowStart, has(p+".slow_start"), defaultSlowStart)
+		setDefault(&o.QueueTimeout, has(p+".queue_timeout"), defaultQueueTimeout)
 		setDefault(&o.Breaker.FailureStatuses, has(p+".breaker.failure_statuses"), []int{502, 503, 504})
 		if o.Breaker.FailureStatuses == nil {
 			// Present and empty: count no status. Non-nil, so that the
@@ -37,6 +49,12 @@ func (d *decoder) validateProtection(c *Config) {
 			d.problem(p+".max_rate", "must be ≥ 0 (0: no rate limit), got %g", o.MaxRate)
 		}
 		d.nonNegative(p+".slow_start", o.SlowStart)
+		if o.ShuffleShard < 0 || o.ShuffleShard > len(o.Servers) {
+			d.problem(p+".shuffle_shard", "must be in [0, %d] (0: all servers; at most the number of servers), got %d", len(o.Servers), o.ShuffleShard)
+		}
+		if o.QueueTimeout < 0 || o.QueueTimeout > maxQueueTimeout {
+			d.problem(p+".queue_timeout", "must be in [0, %v] (0: no waiting), got %v", maxQueueTimeout, o.QueueTimeout)
+		}
 		b, bp := &o.Breaker, p+".breaker"
 		if b.ConsecutiveFailures < 0 {
 			d.problem(bp+".consecutive_failures", "must be ≥ 0, got %d", b.ConsecutiveFailures)
@@ -103,6 +121,16 @@ func (d *decoder) validateProtection(c *Config) {
 			} else {
 				d.problem(p+".tenant", "unknown tenant class %q", r.Tenant)
 			}
+		}
+		if r.Cost < 1 || r.Cost > maxCost {
+			d.problem(p+".cost", "must be in [1, %d] tokens, got %d", maxCost, r.Cost)
+		}
+		d.oneOf(p+".priority", r.Priority, "low", "normal", "high")
+		if j := r.Cache.TTLJitter; !(j >= 0 && j <= 0.5) {
+			d.problem(p+".cache.ttl_jitter", "must be a fraction in [0, 0.5], got %g", j)
+		}
+		if f := r.Cache.EagerRefresh; !(f >= 0 && f < 1) {
+			d.problem(p+".cache.eager_refresh", "must be a fraction of the lifetime in (0, 1), or 0 (off), got %g", f)
 		}
 		if r.Cache.TenantScoped && t == nil && r.Tenant == "" {
 			d.problem(p+".cache.tenant_scoped", "needs a tenants: section or a route tenant")

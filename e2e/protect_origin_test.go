@@ -233,7 +233,7 @@ func TestSlowStartAfterRecovery(t *testing.T) {
 			ok++
 			continue
 		}
-		wantUnavailable(t, fmt.Sprintf("burst request %d", i), a.result, "budget")
+		wantUnavailable(t, fmt.Sprintf("burst request %d", i), a.result, "queue-timeout")
 	}
 	if s.MaxInFlight < 1 || s.MaxInFlight > int64(limit) {
 		t.Errorf("origin peak concurrency %d, want 1..%d (slow start %v after closing, budget %d)", s.MaxInFlight, limit, since.Round(time.Millisecond), budget)
@@ -246,8 +246,9 @@ func TestSlowStartAfterRecovery(t *testing.T) {
 }
 
 // TestOriginBudget: max_concurrency bounds the origin's in-flight fetches;
-// cold requests beyond it get 503 + Retry-After (budget) without reaching
-// the origin, and a stale copy is served instead where there is one.
+// cold requests beyond it get 503 + Retry-After (queue-timeout: no slot
+// within the default queue_timeout) without reaching the origin, and a
+// stale copy is served instead where there is one.
 // max_rate bounds fetches per second the same way.
 func TestOriginBudget(t *testing.T) {
 	t.Parallel()
@@ -272,7 +273,7 @@ func TestOriginBudget(t *testing.T) {
 			}
 			rejected++
 			lat = append(lat, a.latency())
-			wantUnavailable(t, fmt.Sprintf("request %d", i), a.result, "budget")
+			wantUnavailable(t, fmt.Sprintf("request %d", i), a.result, "queue-timeout")
 		}
 		if s.MaxInFlight < 1 || s.MaxInFlight > budget {
 			t.Errorf("origin peak concurrency %d, want 1..%d", s.MaxInFlight, budget)
@@ -306,9 +307,9 @@ func TestOriginBudget(t *testing.T) {
 			t.Errorf("shield_origin_in_flight{origin=demo} = %v, want %d", v, budget)
 		}
 		r := e.awaitExpiry(u, 2*time.Second)
-		wantStale(t, "expired key with the budget spent", r, "budget")
+		wantStale(t, "expired key with the budget spent", r, "queue-timeout")
 		e.wantOriginCount("/budget-stale", 1)
-		wantUnavailable(t, "cold key with the budget spent", e.get("/budget-cold"), "budget")
+		wantUnavailable(t, "cold key with the budget spent", e.get("/budget-cold"), "queue-timeout")
 		e.wantOriginCount("/budget-cold", 0)
 	})
 }

@@ -75,6 +75,7 @@ const (
 // concurrent use.
 type Server struct {
 	name     string
+	hash     uint64 // of name, for PickShard
 	inFlight atomic.Int64
 	requests atomic.Uint64
 	errors   atomic.Uint64
@@ -105,7 +106,7 @@ type Pool struct {
 func New(names []string, cfg Config) *Pool {
 	p := &Pool{cfg: cfg.withDefaults()}
 	for _, n := range names {
-		p.servers = append(p.servers, &Server{name: n})
+		p.servers = append(p.servers, &Server{name: n, hash: nameHash(n)})
 	}
 	return p
 }

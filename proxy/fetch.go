@@ -123,9 +123,10 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		var ok bool
 		var fl failure
 		tok := watchHints(req, f.client, o.maxHints)
-		l, ok, fl = o.call(f.tenant, req, resp)
+		l, ok, fl = o.call(f.tenant, rte.prio, req, resp)
 		endHints(req, tok)
 		if !ok {
+			rte.countShed(fl)
 			fasthttp.ReleaseResponse(resp)
 			return answer{kind: ansFailed, fail: fl}
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -94,6 +95,7 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 		strip:      strip,
 	}
 	d.swr, d.sie = stale.Windows(f.CC, rte.policy)
+	d.lifetime = jitterLifetime(d.lifetime, rte.ttlJitter, rand.Float64())
 	return d
 }
 

@@ -52,10 +52,12 @@ const (
 	staleBudget
 	staleOriginShare
 	staleWaitTimeout
+	staleShed
+	staleQueueTimeout
 	numStaleReasons
 )
 
-var staleLabels = [numStaleReasons]string{"stale-while-revalidate", "origin-5xx", "origin-429", "timeout", "error", "breaker-open", "budget", "origin-share", "wait-timeout"}
+var staleLabels = [numStaleReasons]string{"stale-while-revalidate", "origin-5xx", "origin-429", "timeout", "error", "breaker-open", "budget", "origin-share", "wait-timeout", "shed", "queue-timeout"}
 
 // staleReasonOf maps a failure detail to its stale reason.
 func staleReasonOf(detail string) staleReason {
@@ -192,7 +194,7 @@ func newOriginMetrics(s *metrics.Set, origin string) *originMetrics {
 		m.fetches[i] = s.NewCounter(`shield_origin_fetches_total{origin="` + origin + `",outcome="` + outcomeLabels[i] + `"}`)
 	}
 	for r := admission.Reason(1); int(r) < admission.NumReasons; r++ {
-		if r == admission.Rate || r == admission.Concurrency || r == admission.OriginShare {
+		if r == admission.Rate || r == admission.Concurrency || r == admission.OriginShare || r == admission.Shed || r == admission.QueueTimeout {
 			m.budgetRejected[r] = s.NewCounter(`shield_origin_budget_rejections_total{origin="` + origin + `",reason="` + r.String() + `"}`)
 		}
 	}

@@ -101,16 +101,12 @@ type failure struct {
 // On success resp holds the answer's head, its body still streaming, and
 // the returned lease holds the budget slot: end it once the body is read
 // or relayed.
-func (o *origin) call(t *admission.Tenant, req *fasthttp.Request, resp *fasthttp.Response) (l lease, ok bool, f failure) {
-	now := time.Now()
-	if reason, ra := o.budget.Acquire(now, t); reason != admission.None {
+func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthttp.Request, resp *fasthttp.Response) (l lease, ok bool, f failure) {
+	if reason, ra := o.budget.AcquireWait(time.Now(), t, prio); reason != admission.None {
 		o.m.budgetRejected[reason].Inc()
-		detail := "budget"
-		if reason == admission.OriginShare {
-			detail = "origin-share"
-		}
-		return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: detail, retryAfter: ra}
+		return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: budgetDetail(reason), retryAfter: ra}
 	}
+	now := time.Now()
 	l = lease{o: o, t: t}
 	brk := o.brk.Load()
 	var c breaker.Call
@@ -129,12 +125,12 @@ func (o *origin) call(t *admission.Tenant, req *fasthttp.Request, resp *fasthttp
 	o.m.inFlight.Add(1)
 	start := time.Now()
 	deadline := start.Add(o.timeout)
-	s := o.servers.pick(start, nil)
+	s := o.servers.pick(start, nil, t)
 	err := o.attempt(s, req, resp, deadline, idem)
 	if err != nil && idem && breaker.Retryable(err) && o.retry.TryRetry(time.Now()) {
 		o.m.retries.Inc()
 		resp.Reset()
-		s = o.servers.pick(time.Now(), s)
+		s = o.servers.pick(time.Now(), s, t)
 		err = o.attempt(s, req, resp, time.Now().Add(o.timeout), idem)
 	}
 	o.m.inFlight.Add(-1)

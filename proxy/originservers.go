@@ -14,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/originpool"
 )
@@ -28,6 +29,8 @@ type serverSet struct {
 	servers []*server // parallel to pool.Servers()
 	byPS    map[*originpool.Server]*server
 	stop    context.CancelFunc // stops the health checks; nil without
+	// shard is shuffle_shard (0: all servers), set at every load.
+	shard atomic.Int32
 }
 
 // server is one origin server.
@@ -41,10 +44,15 @@ type server struct {
 	hc, fresh *fasthttp.HostClient
 }
 
-func (ss *serverSet) pick(now time.Time, avoid *server) *server {
+// pick chooses the server for a fetch of tenant t (nil: none), avoiding
+// avoid on a retry: within t's shard when shuffle_shard is set.
+func (ss *serverSet) pick(now time.Time, avoid *server, t *admission.Tenant) *server {
 	var a *originpool.Server
 	if avoid != nil {
 		a = avoid.ps
+	}
+	if k := int(ss.shard.Load()); k > 0 {
+		return ss.byPS[ss.pool.PickShard(now, a, shardKey(t), k)]
 	}
 	return ss.byPS[ss.pool.Pick(now, a)]
 }

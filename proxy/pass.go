@@ -113,9 +113,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	buildUpstream(req, ctx, rte, false, fromPeer, p.rt.Load().trusts(ctx), nil)
 	resp := fasthttp.AcquireResponse()
 	tok := watchHints(req, ctx, rte.origin.maxHints)
-	l, ok, fl := rte.origin.call(t, req, resp)
+	l, ok, fl := rte.origin.call(t, rte.prio, req, resp)
 	endHints(req, tok)
 	if !ok {
+		rte.countShed(fl)
 		fasthttp.ReleaseResponse(resp)
 		return p.failed(ctx, rte, nil, fl, cacheStatus{fwd: "bypass", detail: fl.detail})
 	}

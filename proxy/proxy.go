@@ -146,6 +146,8 @@ type route struct {
 	tenant  []byte // fixed tenant name, or nil
 	origin  *origin
 	m       *routeMetrics
+
+	overload // cost, priority: overload.go
 }
 
 // New builds a proxy from a validated configuration.
@@ -285,6 +287,7 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		if rc.Tenant != "" {
 			r.tenant = []byte(rc.Tenant)
 		}
+		r.overload = p.routeOverload(rc)
 		for _, h := range rc.Cache.Targeted {
 			r.targeted = append(r.targeted, []byte(h))
 		}
@@ -302,6 +305,7 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	rt.table = table
+	originOverload(cfg, states)
 	p.rt.Store(rt)
 	return nil
 }
@@ -321,7 +325,7 @@ func checkApply(cfg *config.Config) error {
 		}
 	}
 	for name, oc := range cfg.Origins {
-		limits := admission.OriginLimits{MaxConcurrency: oc.MaxConcurrency, MaxRate: oc.MaxRate, SlowStart: oc.SlowStart}
+		limits := originLimits(oc)
 		if err := limits.Validate(); err != nil {
 			return fmt.Errorf("proxy: origin %q: %w", name, err)
 		}
@@ -389,7 +393,7 @@ func tenantLimits(l *config.TenantLimits) admission.Limits {
 
 // originState returns the kept state for an origin, updated to oc.
 func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*originState, error) {
-	limits := admission.OriginLimits{MaxConcurrency: oc.MaxConcurrency, MaxRate: oc.MaxRate, SlowStart: oc.SlowStart}
+	limits := originLimits(oc)
 	st := p.origins[name]
 	fresh := st == nil
 	if fresh {

@@ -135,7 +135,7 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	} else {
 		t, tid = rt.tenantOf(h, rte)
 		if t != nil {
-			if reason, retryAfter := t.Admit(ctx.Time()); reason != admission.None {
+			if reason, retryAfter := t.AdmitN(ctx.Time(), rte.cost); reason != admission.None {
 				reject(ctx, t, reason, retryAfter)
 				rte.m.requests[resRejected].Inc()
 				return
@@ -256,6 +256,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		st := e.classify(age, &sc.cc)
 		switch {
 		case st == stale.Fresh:
+			if rte.eagerRefresh > 0 && !readThrough {
+				p.eagerRefresh(ctx, rt, rte, sc, &e, b, age)
+			}
 			p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 			return resHit
 		case readThrough:

@@ -126,6 +126,10 @@ func routeStatus(r *route) statuspage.Route {
 	for i, c := range m.stale {
 		rs.Stale[staleLabels[i]] = c.Get()
 	}
+	rs.Priority, rs.Shed = r.prio.String(), make(map[string]uint64, len(shedReasons))
+	for i, c := range r.shed {
+		rs.Shed[shedReasons[i]] = c.Get()
+	}
 	return rs
 }
 

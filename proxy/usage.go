@@ -48,6 +48,7 @@ func (p *Proxy) startUsage(c *cluster) {
 	silent := new(atomic.Int64)
 	p.g.set.NewGauge(`shield_usage_silent_peers`, func() float64 { return float64(silent.Load()) })
 	c.usage = u
+	fm := newFailMode(p.g.set, p.logger, u.fleet, u.interval, time.Now())
 	inFlight := map[string]*atomic.Bool{}
 	p.bgWG.Add(1)
 	go func() {
@@ -105,7 +106,9 @@ func (p *Proxy) startUsage(c *cluster) {
 					}()
 				}
 			}
-			silent.Store(int64(u.fleet.Apply(rt.tenants, members, now)))
+			n := u.fleet.Apply(rt.tenants, members, now)
+			silent.Store(int64(n))
+			fm.note(n, members, now)
 		}
 	}()
 }

@@ -75,6 +75,11 @@ type Route struct {
 	// (uncacheable request or hit-for-miss), pass (unsafe method),
 	// rejected (admission), error, peer (forwarded to the key's owner).
 	Bypass map[string]uint64 `json:"bypass"`
+	// Priority is the route's priority (low, normal, high); Shed counts
+	// its fetches the origin budget refused, by reason (the Cache-Status
+	// detail: budget, origin-share, shed, queue-timeout).
+	Priority string            `json:"priority"`
+	Shed     map[string]uint64 `json:"shed"`
 }
 
 // Origin is one origin's protection state.

@@ -1,0 +1,146 @@
+package proxy
+
+import (
+	"bytes"
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/cespare/xxhash/v2"
+	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/config"
+	"github.com/valyala/fasthttp"
+	"time"
+)
+
+// overload is a route's overload controls (docs/configuration.md,
+// routes[].cost …), compiled once per load.
+type overload struct {
+	// cost is the tokens one request takes from its tenant's bucket, ≥ 1.
+	cost int
+	// prio orders the route's fetches when the origin budget is short.
+	prio admission.Priority
+	// ttlJitter is cache.ttl_jitter: stored lifetimes are shortened by a
+	// random fraction below it.
+	ttlJitter float64
+	// eagerRefresh is cache.eager_refresh: the fraction of an entry's
+	// lifetime from which a hit starts a background refresh (0: off).
+	eagerRefresh float64
+	// eagerRefreshes counts the refreshes eager_refresh started.
+	eagerRefreshes *metrics.Counter
+	// shed counts the route's origin budget refusals by detail
+	// (shield_shed_total{route,priority,reason}).
+	shed [len(shedReasons)]*metrics.Counter
+}
+
+// shedReasons are the Cache-Status details of budget refusals, which are
+// also the reason label of shield_shed_total.
+var shedReasons = [...]string{"budget", "origin-share", "shed", "queue-timeout"}
+
+func (p *Proxy) routeOverload(rc *config.Route) overload {
+	prio, _ := admission.ParsePriority(rc.Priority) // validated by config
+	o := overload{cost: max(rc.Cost, 1), prio: prio, ttlJitter: rc.Cache.TTLJitter, eagerRefresh: rc.Cache.EagerRefresh}
+	o.eagerRefreshes = p.g.set.GetOrCreateCounter(`shield_eager_refreshes_total{route="` + rc.Name + `"}`)
+	for i, r := range shedReasons {
+		o.shed[i] = p.g.set.GetOrCreateCounter(`shield_shed_total{route="` + rc.Name + `",priority="` + prio.String() + `",reason="` + r + `"}`)
+	}
+	return o
+}
+
+// countShed counts a fetch failure that was an origin budget refusal.
+func (o *overload) countShed(f failure) {
+	for i, r := range shedReasons {
+		if f.detail == r {
+			o.shed[i].Inc()
+			return
+		}
+	}
+}
+
+// budgetDetail is the Cache-Status detail (and stale reason) of an origin
+// budget refusal.
+func budgetDetail(r admission.Reason) string {
+	switch r {
+	case admission.OriginShare:
+		return "origin-share"
+	case admission.Shed:
+		return "shed"
+	case admission.QueueTimeout:
+		return "queue-timeout"
+	}
+	return "budget"
+}
+
+// originLimits is an origin's budget as the admission package takes it.
+func originLimits(oc *config.Origin) admission.OriginLimits {
+	return admission.OriginLimits{
+		MaxConcurrency: oc.MaxConcurrency,
+		MaxRate:        oc.MaxRate,
+		SlowStart:      oc.SlowStart,
+		QueueTimeout:   oc.QueueTimeout,
+	}
+}
+
+// originOverload applies the per-origin overload settings of a load: the
+// top of each origin's budget is kept for its high routes' fetches, on
+// origins that have any (admission.Priority), and shuffle_shard.
+func originOverload(cfg *config.Config, states map[string]*originState) {
+	high := make(map[string]bool, len(states))
+	for _, rc := range cfg.Routes {
+		if rc.Priority == "high" {
+			high[rc.Origin] = true
+		}
+	}
+	for name, st := range states {
+		st.budget.SetReserveHigh(high[name])
+		if oc := cfg.Origins[name]; oc != nil && st.servers != nil {
+			st.servers.shard.Store(int32(min(max(oc.ShuffleShard, 0), len(st.servers.servers))))
+		}
+	}
+}
+
+// shardKey is the shuffle-shard key of tenant t's fetches: a hash of its
+// class name ("" without a tenant).
+func shardKey(t *admission.Tenant) uint64 {
+	if t == nil {
+		return xxhash.Sum64String("")
+	}
+	return xxhash.Sum64String(t.Name())
+}
+
+// jitterLifetime shortens lifetime by the fraction u·jitter (u uniform in
+// [0, 1)), so entries stored at the same moment expire spread over
+// jitter × lifetime instead of all at once. It never lengthens it; a
+// jitter outside (0, 0.5] (or a u outside [0, 1)) changes nothing.
+func jitterLifetime(lifetime time.Duration, jitter, u float64) time.Duration {
+	if lifetime <= 0 || !(jitter > 0 && jitter <= 0.5) || !(u >= 0 && u < 1) {
+		return lifetime
+	}
+	return lifetime - time.Duration(float64(lifetime)*jitter*u)
+}
+
+// eagerRefresh starts one background refresh of a fresh entry e (decoded
+// from b, read age ago) that is past the route's eager_refresh point of
+// its lifetime, so the key is refreshed before it goes stale. It reuses
+// stale-while-revalidate's refresh: coalesced on the key's flight, a
+// conditional request when e has a validator. Before the point, or while
+// a fetch of the key is in flight, it does nothing and allocates nothing;
+// only starting the refresh allocates (a copy of b, the request).
+func (p *Proxy) eagerRefresh(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *entry, b []byte, age time.Duration) {
+	if e.kind == kindNearCopy || float64(age) < float64(e.lifetime)*rte.eagerRefresh {
+		return
+	}
+	key := sc.flightKey()
+	if p.fl.has(key, cachekey.Digest(key)) {
+		return
+	}
+	rte.eagerRefreshes.Inc()
+	p.refreshInBackground(ctx, rt, rte, sc, bytes.Clone(b))
+}
+
+// has reports whether a fetch of key is in flight, without joining it.
+func (fs *flights) has(key []byte, digest uint64) bool {
+	s := &fs.shards[digest%flightShards]
+	s.mu.Lock()
+	_, ok := s.m[string(key)]
+	s.mu.Unlock()
+	return ok
+}
