@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -105,5 +106,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 		setDefault(&r.Cache.SurrogateKeyHeader, has(p+".cache.surrogate_key_header"), defaultSurrogateKeyHeader)
 		setDefault(&r.Cache.Targeted, has(p+".cache.targeted"), []string{"CDN-Cache-Control"})
 		setDefault(&r.Cache.AcceptEncoding, has(p+".cache.accept_encoding"), []string{"br", "gzip"})
+		setDefault(&r.Compress.Types, has(p+".compress.types"), slices.Clone(DefaultCompressTypes))
+		setDefault(&r.Compress.MinSize, has(p+".compress.min_size"), KiB)
 	}
 }
