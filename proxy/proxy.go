@@ -115,10 +115,13 @@ type route struct {
 	// codings is the Accept-Encoding preference requests are reduced to
 	// (nil: forwarded as sent).
 	codings [][]byte
-	scoped  bool   // tenant is part of the key
-	tenant  []byte // fixed tenant name, or nil
-	origin  *origin
-	m       *routeMetrics
+	// comp compresses at the shield (nil: off; compress.go). When set,
+	// codings is nil: the origin is asked for identity.
+	comp   *compression
+	scoped bool   // tenant is part of the key
+	tenant []byte // fixed tenant name, or nil
+	origin *origin
+	m      *routeMetrics
 }
 
 // New builds a proxy from a validated configuration.
@@ -252,7 +255,8 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 			r.targeted = append(r.targeted, []byte(h))
 		}
 		r.forwardTargeted = rc.Cache.ForwardTargeted
-		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" {
+		r.comp = newCompression(&rc.Compress, rt.maxObject)
+		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" && r.comp == nil {
 			for _, c := range ae {
 				r.codings = append(r.codings, []byte(strings.ToLower(c)))
 			}
