@@ -24,17 +24,17 @@ func TestNegotiate(t *testing.T) {
 		{"", "identity"},
 		{"gzip", "gzip"},
 		{"br", "br"},
-		{"gzip, br", "br"},                  // equal q: route order
-		{"gzip, deflate, br, zstd", "br"},   // unknown codings ignored
-		{"gzip;q=1.0, br;q=0.5", "gzip"},    // q honoured
-		{"gzip;q=0, br", "br"},              // q=0 excludes
-		{"gzip;q=0, br;q=0", "identity"},    // none acceptable
-		{"*", "br"},                         // any coding
-		{"*;q=0.5, gzip", "gzip"},           // explicit beats *
-		{"*;q=0", "identity"},               // identity excluded too: disregarded
-		{"identity", "identity"},            //
-		{"identity;q=0", "identity"},        // nothing acceptable: identity, not 406
-		{"GZIP ; Q=0.8", "gzip"},            // case-insensitive
+		{"gzip, br", "br"},                   // equal q: route order
+		{"gzip, deflate, br, zstd", "br"},    // unknown codings ignored
+		{"gzip;q=1.0, br;q=0.5", "gzip"},     // q honoured
+		{"gzip;q=0, br", "br"},               // q=0 excludes
+		{"gzip;q=0, br;q=0", "identity"},     // none acceptable
+		{"*", "br"},                          // any coding
+		{"*;q=0.5, gzip", "gzip"},            // explicit beats *
+		{"*;q=0", "identity"},                // identity excluded too: disregarded
+		{"identity", "identity"},             //
+		{"identity;q=0", "identity"},         // nothing acceptable: identity, not 406
+		{"GZIP ; Q=0.8", "gzip"},             // case-insensitive
 		{"gzip;q=0.5, identity", "identity"}, // identity weighs more
 		{"gzip;q=0.5, identity;q=0.5", "gzip"},
 		{"gzip;q=abc", "identity"}, // malformed q is 0
