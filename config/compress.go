@@ -13,8 +13,9 @@ var compressCodings = []string{"br", "gzip"}
 // ("routes[2]"). compress.codings and cache.accept_encoding are one
 // decision seen from two sides — which coding a request is keyed and
 // answered with — so a route that sets both is refused rather than
-// having one silently win.
-func (d *decoder) validateCompress(p string, rc *RouteCompress) {
+// having one silently win; accept_encoding written out at its default
+// (a configuration dumped with its defaults) is no conflict.
+func (d *decoder) validateCompress(p string, rc *RouteCompress, ae []string) {
 	cp := p + ".compress"
 	for i, c := range rc.Codings {
 		at := fmt.Sprintf("%s.codings[%d]", cp, i)
@@ -25,7 +26,7 @@ func (d *decoder) validateCompress(p string, rc *RouteCompress) {
 			d.problem(at, "%q is listed twice", c)
 		}
 	}
-	if len(rc.Codings) > 0 && d.has(p+".cache.accept_encoding") {
+	if ae := ae; len(rc.Codings) > 0 && d.has(p+".cache.accept_encoding") && !slices.Equal(ae, defaultAcceptEncoding) {
 		d.problem(p+".cache.accept_encoding", "not used with compress.codings (shield asks the origin for identity and negotiates the coding with clients itself): remove one")
 	}
 	for i, t := range rc.Types {
