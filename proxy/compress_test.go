@@ -241,25 +241,33 @@ func TestCompressPurge(t *testing.T) {
 }
 
 // TestCompressPurgeEachCodingMisses checks that no sibling survives a
-// purge: each coding's first request after it is not a hit.
+// purge by URL or by tag: each coding's first request after it is not a
+// hit.
 func TestCompressPurgeEachCodingMisses(t *testing.T) {
-	for _, ce := range []string{"gzip", "br", "identity"} {
-		t.Run(ce, func(t *testing.T) {
-			p, o := compressProxy(t, nil)
-			for _, c := range []string{"gzip", "br", "identity"} {
-				serve(p, get(t, "/c", "Accept-Encoding: "+c))
-			}
-			if _, err := p.Purge(url.Values{"url": {"http://" + testHost + "/c"}}); err != nil {
-				t.Fatal(err)
-			}
-			ctx := serve(p, get(t, "/c", "Accept-Encoding: "+ce))
-			if cs := string(ctx.Response.Header.Peek("Cache-Status")); strings.HasPrefix(cs, "shield; hit") {
-				t.Errorf("first %s request after purge: Cache-Status %q, want a miss", ce, cs)
-			}
-			if n := o.hits.Load(); n != 2 {
-				t.Errorf("origin fetches = %d, want 2", n)
-			}
-		})
+	for _, by := range []url.Values{{"url": {"http://" + testHost + "/c"}}, {"tag": {"doc"}}} {
+		for _, ce := range []string{"gzip", "br", "identity"} {
+			t.Run(by.Encode()+"/"+ce, func(t *testing.T) {
+				p, o := compressProxy(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+					w.Header().Set("Cache-Control", "public, max-age=3600")
+					w.Header().Set("Content-Type", "application/json")
+					w.Header().Set("Surrogate-Key", "doc other")
+					_, _ = w.Write([]byte(compressBodyText))
+				})
+				for _, c := range []string{"gzip", "br", "identity"} {
+					serve(p, get(t, "/c", "Accept-Encoding: "+c))
+				}
+				if _, err := p.Purge(by); err != nil {
+					t.Fatal(err)
+				}
+				ctx := serve(p, get(t, "/c", "Accept-Encoding: "+ce))
+				if cs := string(ctx.Response.Header.Peek("Cache-Status")); strings.HasPrefix(cs, "shield; hit") {
+					t.Errorf("first %s request after purge: Cache-Status %q, want a miss", ce, cs)
+				}
+				if n := o.hits.Load(); n != 2 {
+					t.Errorf("origin fetches = %d, want 2", n)
+				}
+			})
+		}
 	}
 }
 
