@@ -2,7 +2,10 @@
 
 package proxy
 
-import "testing"
+import (
+	"net/http"
+	"testing"
+)
 
 // TestCompressedHitAllocs: a hit of a coded sibling allocates nothing,
 // like an identity hit (TestHitAllocs), and is served coded.
@@ -22,5 +25,24 @@ func TestCompressedHitAllocs(t *testing.T) {
 				t.Errorf("Content-Encoding %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// TestUncompressibleHitAllocs: on a compress route, a gzip-accepting
+// request for an object that is not compressed (an image) looks for a
+// sibling, finds none and is an identity hit, still without allocating.
+func TestUncompressibleHitAllocs(t *testing.T) {
+	img := func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(hitBody)
+	}
+	p, ctx, n := warmCodedFrom(t, "gzip, br", img)
+	run := codedHits(t, p.Handler(), ctx, []byte("gzip, br"), n)
+	if allocs := testing.AllocsPerRun(1000, run); allocs != 0 {
+		t.Errorf("uncompressible hit = %v allocs/op, want 0", allocs)
+	}
+	if ce := ctx.Response.Header.Peek("Content-Encoding"); len(ce) > 0 || n != len(hitBody) {
+		t.Errorf("Content-Encoding %q, %d bytes; want the image as stored", ce, n)
 	}
 }

@@ -376,7 +376,13 @@ func TestCompressEvictedSibling(t *testing.T) {
 // ctx asking for it with Accept-Encoding ae.
 func warmCoded(tb testing.TB, ae string) (*Proxy, *fasthttp.RequestCtx, int) {
 	tb.Helper()
-	o := newTestOrigin(tb, hitOrigin(false))
+	return warmCodedFrom(tb, ae, hitOrigin(false))
+}
+
+// warmCodedFrom is warmCoded in front of the origin handler h.
+func warmCodedFrom(tb testing.TB, ae string, h func(w http.ResponseWriter, r *http.Request, n int64)) (*Proxy, *fasthttp.RequestCtx, int) {
+	tb.Helper()
+	o := newTestOrigin(tb, h)
 	p := newTestProxy(tb, o.addr(), func(c *config.Config) {
 		c.Routes[0].Compress.Codings = []string{"br", "gzip"}
 	})
