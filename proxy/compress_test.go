@@ -430,3 +430,39 @@ func BenchmarkCompressedHit(b *testing.B) {
 		})
 	}
 }
+
+// TestCompressRevalidated: a coded request that makes shield revalidate
+// (no-cache) sends the origin the identity's validator, never a coded
+// one, and gets its coding from the refreshed entry (compressed again:
+// the old sibling belongs to the old store).
+func TestCompressRevalidated(t *testing.T) {
+	p, o := compressProxy(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		w.Header().Set("ETag", `"abc"`)
+		if r.Header.Get("If-None-Match") == `"abc"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(compressBodyText))
+	})
+	serve(p, get(t, "/r", "Accept-Encoding: gzip"))
+	ctx := serve(p, get(t, "/r", "Accept-Encoding: gzip", "Cache-Control: no-cache"))
+	r := &ctx.Response
+	if cs := string(r.Header.Peek("Cache-Status")); !strings.Contains(cs, "fwd-status=304") {
+		t.Fatalf("Cache-Status %q, want a revalidation", cs)
+	}
+	if inm := o.last(t).header.Get("If-None-Match"); inm != `"abc"` {
+		t.Errorf("origin got If-None-Match %q, want the identity's \"abc\"", inm)
+	}
+	if string(r.Header.Peek("Content-Encoding")) != "gzip" || string(r.Header.Peek("ETag")) != `"abc-gzip"` || decodeBody(t, "gzip", r.Body()) != compressBodyText {
+		t.Errorf("revalidated answer: Content-Encoding %q, ETag %q", r.Header.Peek("Content-Encoding"), r.Header.Peek("ETag"))
+	}
+	ctx = serve(p, get(t, "/r", "Accept-Encoding: br"))
+	if cs := string(ctx.Response.Header.Peek("Cache-Status")); !strings.HasPrefix(cs, "shield; hit") || string(ctx.Response.Header.Peek("Content-Encoding")) != "br" {
+		t.Errorf("br after the revalidation: Cache-Status %q, Content-Encoding %q; want a br hit", cs, ctx.Response.Header.Peek("Content-Encoding"))
+	}
+	if n := o.hits.Load(); n != 2 {
+		t.Errorf("origin requests = %d, want 2 (fetch, revalidation)", n)
+	}
+}
