@@ -230,3 +230,30 @@ func TestCompressChromium(t *testing.T) {
 	}
 	e.wantOriginCount("/data.json", 1)
 }
+
+// TestCompressHTTP2: over HTTP/2 (TLS with ALPN, as browsers use it)
+// curl --compressed gets the coded answer, decoded to the origin's
+// bytes, and a gzip-only client gets gzip, from one origin fetch.
+func TestCompressHTTP2(t *testing.T) {
+	t.Parallel()
+	h := newH2Env(t, true, with(func(c *config.Config) {
+		c.Routes[0].Compress.Codings = []string{"br", "gzip"}
+	}))
+	u := target("/h2c", "size", "20000")
+	ident := h.curl(u, false, "-H", "Accept-Encoding: identity")
+	for _, tt := range []struct {
+		args []string
+		ce   string
+	}{
+		{[]string{"--compressed"}, "br"},
+		{[]string{"--compressed", "-H", "Accept-Encoding: gzip"}, "gzip"},
+	} {
+		a := h.curl(u, false, tt.args...)
+		if a.heads[len(a.heads)-1] != "HTTP/2 200" || a.header.Get("Content-Encoding") != tt.ce || a.body != ident.body || len(ident.body) != 20000 {
+			t.Errorf("%v: %v, Content-Encoding %q, %d bytes; want HTTP/2 200, %s, the origin's %d", tt.args, a.heads, a.header.Get("Content-Encoding"), len(a.body), tt.ce, len(ident.body))
+		}
+	}
+	if n := originCount(t, h.env, "/h2c"); n != 1 {
+		t.Errorf("origin fetches = %d, want 1", n)
+	}
+}
