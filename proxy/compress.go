@@ -403,8 +403,9 @@ func (p *Proxy) codedSibling(rte *route, key []byte, e *entry, idx uint8) []byte
 // the primary key's sibling first: when it is there and fresh it is the
 // answer, with the same single store read as an identity hit (no
 // allocation). Otherwise the identity entry is looked up as usual, and a
-// fresh, compressible one is switched to its sibling — read, or
-// compressed now. Stale and missing entries go on as identity: the miss
+// fresh, compressible one is switched to its sibling — read (a vary
+// variant's, into the same buffer: no allocation either), or compressed
+// now. Stale and missing entries go on as identity: the miss
 // path switches the answer's coding once it has one (serveSharedCoded).
 func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *entry) ([]byte, lookupResult) {
 	if sc.coding == codingIdentityIdx || rte.comp == nil {
@@ -419,6 +420,20 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 	b, lk := p.lookup(b, ctx, sc, e)
 	if lk != lkHit || e.classify(e.age(ctx.Time()), &sc.cc) != stale.Fresh || !rte.comp.entryEligible(e) {
 		return b, lk
+	}
+	if len(sc.vkey) > 0 {
+		// A vary variant: its sibling is under the variant key. Read it
+		// into the same buffer (no allocation) and serve it when it
+		// belongs to this identity entry; else read the identity again.
+		fetchSeq, storedAt := e.fetchSeq, e.storedAt
+		sc.ckey = appendSiblingKey(sc.ckey[:0], sc.vkey, rte.comp.name(sc.coding))
+		b, verified = p.store.getVerified(b, sc.ckey)
+		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.kind == kindResponse && e.fetchSeq == fetchSeq && e.storedAt == storedAt {
+			return b, lkHit
+		}
+		if b, lk = p.lookup(b, ctx, sc, e); lk != lkHit {
+			return b, lk
+		}
 	}
 	enc := p.codedSibling(rte, sc.flightKey(), e, sc.coding)
 	if enc == nil {

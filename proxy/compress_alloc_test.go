@@ -10,9 +10,17 @@ import (
 // TestCompressedHitAllocs: a hit of a coded sibling allocates nothing,
 // like an identity hit (TestHitAllocs), and is served coded.
 func TestCompressedHitAllocs(t *testing.T) {
-	for _, ae := range []string{"identity", "gzip", "br"} {
-		t.Run(ae, func(t *testing.T) {
-			p, ctx, n := warmCoded(t, ae)
+	for _, tc := range []struct {
+		ae   string
+		vary bool
+	}{{"identity", false}, {"gzip", false}, {"br", false}, {"identity", true}, {"gzip", true}, {"br", true}} {
+		ae := tc.ae
+		name := ae
+		if tc.vary {
+			name += "/vary" // the origin's Vary: Accept-Encoding: a variant and its sibling
+		}
+		t.Run(name, func(t *testing.T) {
+			p, ctx, n := warmCodedFrom(t, ae, hitOrigin(tc.vary))
 			run := codedHits(t, p.Handler(), ctx, []byte(ae), n)
 			if allocs := testing.AllocsPerRun(1000, run); allocs != 0 {
 				t.Errorf("%s hit = %v allocs/op, want 0", ae, allocs)
