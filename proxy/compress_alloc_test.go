@@ -54,3 +54,22 @@ func TestUncompressibleHitAllocs(t *testing.T) {
 		t.Errorf("Content-Encoding %q, %d bytes; want the image as stored", ce, n)
 	}
 }
+
+// TestCompressedNotModifiedAllocs: If-None-Match with a coding's own
+// ETag is a 304 hit of that coding, allocation-free too.
+func TestCompressedNotModifiedAllocs(t *testing.T) {
+	p, ctx, _ := warmCoded(t, "gzip")
+	ctx.Request.Header.Set("If-None-Match", `"abc123-gzip"`)
+	h := p.Handler()
+	allocs := testing.AllocsPerRun(1000, func() {
+		ctx.Response.Reset()
+		ctx.Request.Header.SetBytesKV(hAcceptEncoding, []byte("gzip"))
+		h(ctx)
+	})
+	if ctx.Response.StatusCode() != http.StatusNotModified {
+		t.Fatalf("status = %d, want 304", ctx.Response.StatusCode())
+	}
+	if allocs != 0 {
+		t.Errorf("coded 304 hit = %v allocs/op, want 0", allocs)
+	}
+}
