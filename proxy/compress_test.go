@@ -439,6 +439,7 @@ func TestCompressRevalidated(t *testing.T) {
 	p, o := compressProxy(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
 		w.Header().Set("ETag", `"abc"`)
+		w.Header().Set("Vary", "Origin") // in the 304 too: it replaces the stored Vary
 		if r.Header.Get("If-None-Match") == `"abc"` {
 			w.WriteHeader(http.StatusNotModified)
 			return
@@ -461,6 +462,10 @@ func TestCompressRevalidated(t *testing.T) {
 	ctx = serve(p, get(t, "/r", "Accept-Encoding: br"))
 	if cs := string(ctx.Response.Header.Peek("Cache-Status")); !strings.HasPrefix(cs, "shield; hit") || string(ctx.Response.Header.Peek("Content-Encoding")) != "br" {
 		t.Errorf("br after the revalidation: Cache-Status %q, Content-Encoding %q; want a br hit", cs, ctx.Response.Header.Peek("Content-Encoding"))
+	}
+	ctx = serve(p, get(t, "/r", "Accept-Encoding: identity"))
+	if v := string(ctx.Response.Header.Peek("Vary")); v != "Origin, Accept-Encoding" {
+		t.Errorf("identity after the revalidation: Vary %q, want \"Origin, Accept-Encoding\"", v)
 	}
 	if n := o.hits.Load(); n != 2 {
 		t.Errorf("origin requests = %d, want 2 (fetch, revalidation)", n)

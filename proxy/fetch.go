@@ -526,6 +526,9 @@ func sameVary(e *entry, vary [][]byte) bool {
 // no-store) is the requester's alone too.
 func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []byte, seq int64, reqTime, respTime time.Time, hasAuth bool) answer {
 	merged, private := mergeHeaders(se, resp, respTime, rte)
+	if rte.comp != nil && rte.comp.headersEligible(se.status, se.body, merged) {
+		merged = withVaryAE(merged) // a Vary in the 304 replaced the stored one
+	}
 	// Freshness is computed from the merged field set, as if the stored
 	// response had just arrived with the new fields (Set-Cookie included:
 	// it makes the answer unstorable unless the route allows it).
