@@ -409,6 +409,10 @@ type Route struct {
 	Origin string `yaml:"origin"`
 	// Cache is the route's cache policy.
 	Cache RouteCache `yaml:"cache"`
+	// Compress makes shield compress the origin's uncompressed answers
+	// itself (once, when it stores them) and negotiate the coding with
+	// each client. Off by default.
+	Compress RouteCompress `yaml:"compress"`
 	// Tenant, when set, fixes the tenant of every request on this route
 	// (a class name or "default"), whatever the request carries.
 	Tenant string `yaml:"tenant"`
@@ -493,6 +497,26 @@ type RouteCache struct {
 	// steadily requested key is never a miss or stale. Default 0: off.
 	EagerRefresh float64 `yaml:"eager_refresh"`
 }
+
+// RouteCompress is a route's compression at the shield.
+type RouteCompress struct {
+	// Codings are the content codings shield produces, in preference
+	// order for clients that weigh them equally: br, gzip. Default []
+	// (off). When set, cache.accept_encoding does not apply: the origin
+	// is asked for identity and shield negotiates with clients itself.
+	Codings []string `yaml:"codings"`
+	// Types are the compressible media types: "type/subtype",
+	// "type/*", or "+suffix" (a structured syntax suffix such as +json).
+	Types []string `yaml:"types"`
+	// MinSize is the smallest body compressed: below it the framing
+	// costs more than it saves. Default 1KiB.
+	MinSize Size `yaml:"min_size"`
+}
+
+// DefaultCompressTypes are the media types compressed when
+// routes[].compress.types is absent: text and the usual text-based
+// structured formats.
+var DefaultCompressTypes = []string{"text/*", "application/json", "+json", "application/javascript", "application/xml", "+xml", "image/svg+xml"}
 
 // Size is a byte count. In YAML it is an integer or a string with a unit:
 // B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024).

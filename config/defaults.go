@@ -2,8 +2,12 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
+
+// defaultAcceptEncoding is routes[].cache.accept_encoding's default.
+var defaultAcceptEncoding = []string{"br", "gzip"}
 
 // Defaults, as documented on the Config types.
 const (
@@ -108,6 +112,8 @@ func applyDefaults(c *Config, has func(path string) bool) {
 		setDefault(&r.Cache.MaxStale, has(p+".cache.max_stale"), defaultMaxStale)
 		setDefault(&r.Cache.SurrogateKeyHeader, has(p+".cache.surrogate_key_header"), defaultSurrogateKeyHeader)
 		setDefault(&r.Cache.Targeted, has(p+".cache.targeted"), []string{"CDN-Cache-Control"})
-		setDefault(&r.Cache.AcceptEncoding, has(p+".cache.accept_encoding"), []string{"br", "gzip"})
+		setDefault(&r.Cache.AcceptEncoding, has(p+".cache.accept_encoding"), slices.Clone(defaultAcceptEncoding))
+		setDefault(&r.Compress.Types, has(p+".compress.types"), slices.Clone(DefaultCompressTypes))
+		setDefault(&r.Compress.MinSize, has(p+".compress.min_size"), KiB)
 	}
 }

@@ -195,6 +195,7 @@ func (d *decoder) validateRoutes(c *Config) {
 			d.problem(p+".origin", "unknown origin %q%s", r.Origin, known(c.Origins))
 		}
 		d.validateRouteCache(p+".cache", &r.Cache)
+		d.validateCompress(p, &r.Compress, r.Cache.AcceptEncoding)
 	}
 	d.checkShadowing(c.Routes)
 }

@@ -324,6 +324,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 		}
 		req.Header.AddBytesKV(k, val)
 	}
+	rte.forwardCoding(&req.Header, sc.coding)
 	var num [20]byte
 	req.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], v.Current.Generation(), 10))
 	req.Header.SetBytesKV(hShieldTenant, sc.tid)

@@ -16,6 +16,8 @@
 //	fetch.go     misses: coalescing, origin fetch for the cache, stale-if-error,
 //	             background refresh, storing
 //	pass.go      pass-through (unsafe methods, bypass), invalidation, body streaming
+//	compress.go  compression at the shield: coding negotiation, coded sibling
+//	             entries, compressing passed-through answers
 //	origin.go    one protected origin call: budget, breaker, retry
 //	coalesce.go  in-flight fetches per key
 //	upstream.go  what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)

@@ -22,9 +22,20 @@ var (
 
 // canonicalEncoding rewrites h's Accept-Encoding to the route's pick. It
 // allocates nothing once the request's header storage has grown to fit.
-func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) {
+// On a route that compresses itself (compress.go) the pick is the coding
+// shield will answer with, returned (0: identity), and the field becomes
+// identity: that is what the origin is asked for, and what keys see.
+func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) uint8 {
+	if r.comp != nil {
+		ae := h.PeekBytes(hAcceptEncoding)
+		idx := r.comp.negotiate(ae)
+		if !bytes.Equal(ae, codingIdentity) {
+			h.SetBytesKV(hAcceptEncoding, codingIdentity)
+		}
+		return idx
+	}
 	if r.codings == nil {
-		return
+		return 0
 	}
 	ae := h.PeekCanonical(hAcceptEncoding)
 	for _, c := range r.codings {
@@ -32,12 +43,13 @@ func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) {
 			if !bytes.Equal(ae, c) {
 				h.SetCanonical(hAcceptEncoding, c)
 			}
-			return
+			return 0
 		}
 	}
 	if !bytes.Equal(ae, codingIdentity) {
 		h.SetCanonical(hAcceptEncoding, codingIdentity)
 	}
+	return 0
 }
 
 // accepts reports whether the Accept-Encoding value ae accepts coding:

@@ -186,6 +186,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		body:         body,
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
+	if rte.comp != nil && rte.comp.headersEligible(status, body, headers) {
+		headers = withVaryAE(headers) // what a client gets depends on its Accept-Encoding
+	}
 	fasthttp.ReleaseResponse(resp)
 	enc, key, stored := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime)
 	if !stored {
@@ -195,6 +198,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		return answer{kind: ansStored, entry: enc, key: key, noShare: true}
 	}
 	rte.m.stored.Inc()
+	if rte.comp != nil {
+		p.storeSiblings(rte, key, enc)
+	}
 	return answer{kind: ansStored, entry: enc, key: key}
 }
 
@@ -241,7 +247,7 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 			age := e.age(ctx.Time())
 			if e.classify(age, &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
-				p.serveShared(ctx, &e, age, cacheStatus{hit: true, detail: "just-stored"})
+				p.serveSharedCoded(ctx, sc, rte, &e, key, age, cacheStatus{hit: true, detail: "just-stored"})
 				sc.peerTags(&ctx.Response, &e)
 				return resHit
 			}
@@ -286,7 +292,7 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 			}
 		}
 		age := e.age(ctx.Time())
-		p.serveShared(ctx, &e, age, cacheStatus{fwd: fwd, collapsed: true})
+		p.serveSharedCoded(ctx, sc, rte, &e, f.key, age, cacheStatus{fwd: fwd, collapsed: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resCollapsed
 	case flightFailed:
@@ -329,14 +335,14 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		_ = decodeEntry(a.entry, &e)
 		age := e.age(now)
 		if a.kind == ansRevalidated {
-			p.serveShared(ctx, &e, age, cacheStatus{fwd: fwd, fwdStatus: fasthttp.StatusNotModified, stored: true})
+			p.serveSharedCoded(ctx, sc, rte, &e, a.key, age, cacheStatus{fwd: fwd, fwdStatus: fasthttp.StatusNotModified, stored: true})
 			sc.peerTags(&ctx.Response, &e)
 			for _, h := range a.private {
 				ctx.Response.Header.AddBytesKV(h.k, h.v)
 			}
 			return resRevalidated
 		}
-		p.serveShared(ctx, &e, age, cacheStatus{fwd: fwd, fwdStatus: e.status, stored: true})
+		p.serveSharedCoded(ctx, sc, rte, &e, a.key, age, cacheStatus{fwd: fwd, fwdStatus: e.status, stored: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resMiss
 	case ansUnstorable:
@@ -347,6 +353,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		}
 		hideTags(a.resp, rte)
 		passResponse(&ctx.Response, a.resp, a.body, now, cacheStatus{fwd: fwd, fwdStatus: a.resp.StatusCode(), detail: a.reason})
+		p.compressPassed(&ctx.Response, rte, sc.coding)
 		a.release()
 		return resMiss
 	case ansStream:
@@ -520,6 +527,9 @@ func sameVary(e *entry, vary [][]byte) bool {
 // no-store) is the requester's alone too.
 func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []byte, seq int64, reqTime, respTime time.Time, hasAuth bool) answer {
 	merged, private := mergeHeaders(se, resp, respTime, rte)
+	if rte.comp != nil && rte.comp.headersEligible(se.status, se.body, merged) {
+		merged = withVaryAE(merged) // a Vary in the 304 replaced the stored one
+	}
 	// Freshness is computed from the merged field set, as if the stored
 	// response had just arrived with the new fields (Set-Cookie included:
 	// it makes the answer unstorable unless the route allows it).

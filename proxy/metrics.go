@@ -104,6 +104,7 @@ type globalMetrics struct {
 	purgesDropped    *metrics.Counter // queued purges given up on (the peer syncs them)
 	invalidations    *metrics.Counter
 	streamed         *metrics.Counter // responses too big to store, streamed through
+	compressed       *metrics.Counter // bodies compressed by shield (routes[].compress)
 	purges           *metrics.Counter
 	reloads          *metrics.Counter
 	adminCrossSite   *metrics.Counter // admin requests refused as cross-site
@@ -128,6 +129,7 @@ func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
 		purgesDropped:    s.NewCounter(`shield_purge_queue_dropped_total`),
 		invalidations:    s.NewCounter(`shield_cache_invalidations_total`),
 		streamed:         s.NewCounter(`shield_origin_streamed_responses_total`),
+		compressed:       s.NewCounter(`shield_compressed_bodies_total`),
 		purges:           s.NewCounter(`shield_purges_total`),
 		reloads:          s.NewCounter(`shield_config_reloads_total`),
 		adminCrossSite:   s.NewCounter(`shield_admin_cross_site_refused_total`),

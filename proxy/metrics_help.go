@@ -35,6 +35,7 @@ var metricHelp = map[string][2]string{
 	"shield_cache_hit_for_miss_total":              {"counter", "Hit-for-miss records written (keys whose answer could not be shared)."},
 	"shield_cache_not_stored_total":                {"counter", "Origin answers not stored (private, Set-Cookie, no-store, ...)."},
 	"shield_cache_invalidations_total":             {"counter", "URLs invalidated by successful unsafe requests."},
+	"shield_compressed_bodies_total":               {"counter", "Bodies shield compressed itself (routes[].compress): a stored coding, or an answer passed through."},
 	"shield_origin_streamed_responses_total":       {"counter", "Origin answers above cache.max_object_size streamed through uncached."},
 	"shield_purges_total":                          {"counter", "Purges applied through the admin listener."},
 	"shield_config_reloads_total":                  {"counter", "Successful configuration reloads."},

@@ -123,6 +123,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	copyResponseHead(&ctx.Response, resp, time.Now())
 	hideTags(&ctx.Response, rte)
 	cs.set(&ctx.Response.Header)
+	if rte.comp != nil && p.compressForwarded(ctx, rte, resp, l) {
+		return resMiss
+	}
 	if r := resp.BodyStream(); r != nil {
 		ctx.Response.SetBodyStream(&streamBody{r: r, resp: resp, lease: l}, resp.Header.ContentLength())
 	} else {

@@ -142,10 +142,13 @@ type route struct {
 	// codings is the Accept-Encoding preference requests are reduced to
 	// (nil: forwarded as sent).
 	codings [][]byte
-	scoped  bool   // tenant is part of the key
-	tenant  []byte // fixed tenant name, or nil
-	origin  *origin
-	m       *routeMetrics
+	// comp compresses at the shield (nil: off; compress.go). When set,
+	// codings is nil: the origin is asked for identity.
+	comp   *compression
+	scoped bool   // tenant is part of the key
+	tenant []byte // fixed tenant name, or nil
+	origin *origin
+	m      *routeMetrics
 
 	overload // cost, priority: overload.go
 }
@@ -293,7 +296,8 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 		}
 		r.forwardTargeted = rc.Cache.ForwardTargeted
 		r.forwardIgnored = rc.Cache.ForwardIgnoredQuery
-		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" {
+		r.comp = newCompression(&rc.Compress, rt.maxObject)
+		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" && r.comp == nil {
 			for _, c := range ae {
 				r.codings = append(r.codings, []byte(strings.ToLower(c)))
 			}

@@ -234,6 +234,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		return res, nil
 	}
 	p.store.del(key)
+	p.delSiblings(rte, key) // dead already (same URL digest), freed at once too
 	return res, nil
 }
 

@@ -44,9 +44,11 @@ type scratch struct {
 
 	// A hit's head: the entry's prepared head completed, read into the
 	// response through rd and br (readHead).
-	head []byte
-	rd   bytes.Reader
-	br   *bufio.Reader
+	head   []byte
+	rd     bytes.Reader
+	br     *bufio.Reader
+	coding uint8  // negotiated coding on a compress route (0: identity; compress.go)
+	ckey   []byte // the coding's sibling key (compress.go)
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -57,6 +59,7 @@ func (sc *scratch) reset() {
 	sc.cc.Reset()
 	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
+	sc.coding = 0
 }
 
 // urlDigest identifies the request's URL for invalidation: every key
@@ -192,7 +195,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
-	rte.canonicalEncoding(h)
+	sc.coding = rte.canonicalEncoding(h)
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
@@ -218,7 +221,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	// to the response truncated to the body, so nothing is copied.
 	b := ctx.Response.SwapBody(nil)
 	var e entry
-	b, lk := p.lookup(b, ctx, sc, &e)
+	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	if p.top.Sample() {
 		// One request in topk.DefaultSample feeds the top-keys view;
 		// the others pay one atomic add.
@@ -243,7 +246,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		// The owner could not answer: serve it here, as a local miss.
 		ctx.Response.Reset()
 		b = ctx.Response.SwapBody(nil)
-		b, lk = p.lookup(b, ctx, sc, &e)
+		b, lk = p.lookupCoded(b, ctx, sc, rte, &e)
 	}
 	if readThrough && lk != lkHit {
 		ctx.Response.SwapBody(b[:0])

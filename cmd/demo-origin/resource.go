@@ -48,6 +48,10 @@ type resource struct {
 
 // serveResource answers a counted request; n is its per-path number.
 func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, slow bool) {
+	if r.URL.Query().Get("page") == "fetch" {
+		servePage(w, r)
+		return
+	}
 	p, err := parseParams(r.URL.Query())
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "demo-origin: " + err.Error()})
