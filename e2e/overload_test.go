@@ -580,7 +580,9 @@ tenants:
 			b = i
 		}
 	}
-	r, err := doHTTP(e.client, http.MethodPost, "http://"+all[a]+"/__origin/fault?mode=error")
+	// 503: a sick server, which ejection counts by default
+	// (breaker.failure_statuses); an application's 500 would not eject it.
+	r, err := doHTTP(e.client, http.MethodPost, "http://"+all[a]+"/__origin/fault?mode=unavailable")
 	if err != nil || r.status != http.StatusOK {
 		t.Fatalf("fault on %s: %v %v", all[a], r, err)
 	}
