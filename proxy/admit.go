@@ -36,8 +36,8 @@ func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reas
 	resp.SetStatusCode(fasthttp.StatusTooManyRequests)
 	setRetryAfter(resp, retryAfter)
 	resp.Header.SetContentType("application/json")
-	resp.Header.SetBytesKV(hCacheControl, noStore)
-	resp.Header.SetBytesKV(hCacheStatus, csRejected)
+	resp.Header.SetBytesKV(HCacheControl, noStore)
+	resp.Header.SetBytesKV(HCacheStatus, csRejected)
 	var buf [256]byte
 	b := append(buf[:0], `{"error":"too many requests","tenant":"`...)
 	b = append(b, t.Name()...)

@@ -57,5 +57,5 @@ func (cs cacheStatus) append(dst []byte) []byte {
 // set writes the member as h's Cache-Status.
 func (cs cacheStatus) set(h *fasthttp.ResponseHeader) {
 	var buf [128]byte
-	h.SetBytesKV(hCacheStatus, cs.append(buf[:0]))
+	h.SetBytesKV(HCacheStatus, cs.append(buf[:0]))
 }

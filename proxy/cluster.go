@@ -212,7 +212,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 					if err != nil {
 						return nil, err
 					}
-					return newTrackedConn(conn), nil
+					return NewTrackedConn(conn), nil
 				}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
@@ -269,7 +269,7 @@ func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *PeerTLS)
 	if pt != nil {
 		// A dead owner must cost little: the dial and handshake together
 		// get the plain dial's 250ms, plus room for the handshake.
-		hc.DialTimeout = tlsDialer(addr, pt.Client, 500*time.Millisecond)
+		hc.DialTimeout = TLSDialer(addr, pt.Client, 500*time.Millisecond)
 	}
 	return hc
 }
@@ -317,9 +317,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	src := &ctx.Request
 	req.Header.SetMethodBytes(src.Header.Method())
 	req.SetRequestURIBytes(src.Header.RequestURI())
-	conn := src.Header.PeekBytes(hConnection)
+	conn := src.Header.PeekBytes(HConnection)
 	for k, val := range src.Header.All() {
-		if isHopByHop(k, conn) || isShieldHeader(k) || isForwardedHeader(k) || bytes.EqualFold(k, hContentLength) {
+		if IsHopByHop(k, conn) || isShieldHeader(k) || IsForwardedHeader(k) || bytes.EqualFold(k, HContentLength) {
 			continue
 		}
 		req.Header.AddBytesKV(k, val)
@@ -336,9 +336,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
-	tok := watchHints(req, ctx, rte.origin.maxHints)
+	tok := WatchHints(req, ctx, rte.origin.maxHints)
 	err := pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
-	endHints(req, tok)
+	EndHints(req, tok)
 	outcome := breaker.Success
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		outcome = breaker.Ignored // a large object, served locally; the peer is fine
@@ -394,7 +394,7 @@ func relayPeerHead(out, resp *fasthttp.Response, owner string, buf []byte) []byt
 	out.Header.ResetConnectionClose()
 	out.Header.DelBytes(hShieldTags)
 	buf = append(append(buf[:0], csEdgePeer...), owner...)
-	out.Header.AddBytesKV(hCacheStatus, buf)
+	out.Header.AddBytesKV(HCacheStatus, buf)
 	return buf
 }
 
@@ -410,7 +410,7 @@ var csEdgePeer = []byte("shield-edge; detail=peer-")
 // forwarding it again.
 func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		defer ensureDate(&ctx.Response)
+		defer EnsureDate(&ctx.Response)
 		c := p.cluster.Load()
 		if c == nil {
 			ctx.SetStatusCode(fasthttp.StatusNotFound)

@@ -225,7 +225,7 @@ func (c *compression) entryEligible(e *entry) bool {
 			ct = v
 		case bytes.EqualFold(k, hContentEncoding):
 			ce = v
-		case bytes.EqualFold(k, hCacheControl):
+		case bytes.EqualFold(k, HCacheControl):
 			cc = v
 		}
 	}
@@ -241,7 +241,7 @@ func (c *compression) headersEligible(status int, body []byte, hs []header) bool
 			ct = h.v
 		case bytes.EqualFold(h.k, hContentEncoding):
 			ce = h.v
-		case bytes.EqualFold(h.k, hCacheControl):
+		case bytes.EqualFold(h.k, HCacheControl):
 			cc = h.v
 		}
 	}
@@ -254,8 +254,8 @@ func (c *compression) headersEligible(status int, body []byte, hs []header) bool
 func withVaryAE(hs []header) []header {
 	last := -1
 	for i, h := range hs {
-		if bytes.EqualFold(h.k, hVary) {
-			if listContains(h.v, varyAE) || listContains(h.v, []byte("*")) {
+		if bytes.EqualFold(h.k, HVary) {
+			if ListContains(h.v, varyAE) || ListContains(h.v, []byte("*")) {
 				return hs
 			}
 			last = i
@@ -264,7 +264,7 @@ func withVaryAE(hs []header) []header {
 	out := make([]header, len(hs), len(hs)+1)
 	copy(out, hs)
 	if last < 0 {
-		return append(out, header{k: hVary, v: varyAE})
+		return append(out, header{k: HVary, v: varyAE})
 	}
 	v := append(append(bytes.Clone(out[last].v), ", "...), varyAE...)
 	out[last] = header{k: out[last].k, v: v}
@@ -339,7 +339,7 @@ func encodeSibling(e *entry, key, coding []byte) ([]byte, error) {
 	for k, ok := it.next(); ok; k, ok = it.next() {
 		v, _ := it.next()
 		switch {
-		case bytes.EqualFold(k, hETag):
+		case bytes.EqualFold(k, HETag):
 			if s.etag != nil {
 				hs = append(hs, header{k: k, v: s.etag})
 			}
@@ -473,7 +473,7 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 		return
 	}
 	eligible := rte.comp.eligible(resp.StatusCode(), len(resp.Body()), resp.Header.ContentType(),
-		resp.Header.PeekBytes(hContentEncoding), resp.Header.PeekBytes(hCacheControl))
+		resp.Header.PeekBytes(hContentEncoding), resp.Header.PeekBytes(HCacheControl))
 	if !eligible {
 		return
 	}
@@ -487,11 +487,11 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 		p.logger.Warn("compression failed, passing identity", "coding", string(coding), "err", err)
 		return
 	}
-	if et := resp.Header.PeekBytes(hETag); len(et) > 0 {
+	if et := resp.Header.PeekBytes(HETag); len(et) > 0 {
 		if c := codedETag(et, coding); c != nil {
-			resp.Header.SetBytesKV(hETag, c)
+			resp.Header.SetBytesKV(HETag, c)
 		} else {
-			resp.Header.DelBytes(hETag)
+			resp.Header.DelBytes(HETag)
 		}
 	}
 	resp.Header.SetBytesKV(hContentEncoding, coding)
@@ -503,7 +503,7 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 func addVary(h *fasthttp.ResponseHeader) {
 	var hs []header
 	for k, v := range h.All() {
-		if bytes.EqualFold(k, hVary) {
+		if bytes.EqualFold(k, HVary) {
 			hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
 		}
 	}
@@ -511,9 +511,9 @@ func addVary(h *fasthttp.ResponseHeader) {
 	if len(merged) == len(hs) && (len(hs) == 0 || bytes.Equal(merged[len(hs)-1].v, hs[len(hs)-1].v)) {
 		return
 	}
-	h.DelBytes(hVary)
+	h.DelBytes(HVary)
 	for _, m := range merged {
-		h.AddBytesKV(hVary, m.v)
+		h.AddBytesKV(HVary, m.v)
 	}
 }
 
@@ -536,7 +536,7 @@ func (rte *route) forwardCoding(h *fasthttp.RequestHeader, idx uint8) {
 func (p *Proxy) compressForwarded(ctx *fasthttp.RequestCtx, rte *route, resp *fasthttp.Response, l lease) bool {
 	h := &resp.Header
 	if !ctx.IsGet() || resp.StatusCode() != fasthttp.StatusOK || h.ContentLength() > rte.comp.maxSize ||
-		!rte.comp.eligible(fasthttp.StatusOK, max(rte.comp.minSize, 1), h.ContentType(), h.PeekBytes(hContentEncoding), h.PeekBytes(hCacheControl)) {
+		!rte.comp.eligible(fasthttp.StatusOK, max(rte.comp.minSize, 1), h.ContentType(), h.PeekBytes(hContentEncoding), h.PeekBytes(HCacheControl)) {
 		return false
 	}
 	body, complete, err := readBody(resp, rte.comp.maxSize)

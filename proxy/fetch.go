@@ -122,9 +122,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	if !fromPrev {
 		var ok bool
 		var fl failure
-		tok := watchHints(req, f.client, o.maxHints)
+		tok := WatchHints(req, f.client, o.maxHints)
 		l, ok, fl = o.call(f.tenant, rte.prio, req, resp)
-		endHints(req, tok)
+		EndHints(req, tok)
 		if !ok {
 			rte.countShed(fl)
 			fasthttp.ReleaseResponse(resp)
@@ -181,8 +181,8 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		fetchSeq:     seq,
 		urlDigest:    urlDigest,
 		tags:         entryTags(fromPrev, prevTags, resp, rte),
-		etag:         bytes.Clone(resp.Header.PeekBytes(hETag)),
-		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
+		etag:         bytes.Clone(resp.Header.PeekBytes(HETag)),
+		lastModified: bytes.Clone(resp.Header.PeekBytes(HLastModified)),
 		body:         body,
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
@@ -423,7 +423,7 @@ func setRetryAfter(resp *fasthttp.Response, d time.Duration) {
 		secs = 1
 	}
 	var b [20]byte
-	resp.Header.SetBytesKV(hRetryAfter, appendInt(b[:0], secs))
+	resp.Header.SetBytesKV(HRetryAfter, appendInt(b[:0], secs))
 }
 
 // refreshInBackground starts one background refresh of a stale entry
@@ -547,10 +547,10 @@ func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []by
 	e.storedAt = respTime.UnixNano()
 	e.fetchSeq = seq
 	e.initialAge, e.lifetime, e.swr, e.sie = int64(d.initialAge), int64(d.lifetime), int64(d.swr), int64(d.sie)
-	if v := tmp.Header.PeekBytes(hETag); len(v) > 0 {
+	if v := tmp.Header.PeekBytes(HETag); len(v) > 0 {
 		e.etag = bytes.Clone(v)
 	}
-	if v := tmp.Header.PeekBytes(hLastModified); len(v) > 0 {
+	if v := tmp.Header.PeekBytes(HLastModified); len(v) > 0 {
 		e.lastModified = bytes.Clone(v)
 	}
 	storedKey := bytes.Clone(key)

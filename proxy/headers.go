@@ -9,29 +9,29 @@ import "bytes"
 // canonical form (shield never disables normalising), so these must be
 // canonical too (TestCanonicalNames).
 var (
-	hAge            = []byte("Age")
-	hCacheStatus    = []byte("Cache-Status")
-	hCacheControl   = []byte("Cache-Control")
-	hConnection     = []byte("Connection")
-	hContentLength  = []byte("Content-Length")
-	hDate           = []byte("Date")
-	hETag           = []byte("ETag")
-	hExpires        = []byte("Expires")
-	hLink           = []byte("Link")
-	hIfModSince     = []byte("If-Modified-Since")
-	hIfNoneMatch    = []byte("If-None-Match")
-	hLastModified   = []byte("Last-Modified")
-	hPragma         = []byte("Pragma")
-	hRetryAfter     = []byte("Retry-After")
-	hSetCookie      = []byte("Set-Cookie")
-	hVary           = []byte("Vary")
-	hVia            = []byte("Via")
-	hXForwardedFor  = []byte("X-Forwarded-For")
-	hXForwardedHost = []byte("X-Forwarded-Host")
-	hXForwardedProt = []byte("X-Forwarded-Proto")
-	hXForwardedPort = []byte("X-Forwarded-Port")
+	HAge            = []byte("Age")
+	HCacheStatus    = []byte("Cache-Status")
+	HCacheControl   = []byte("Cache-Control")
+	HConnection     = []byte("Connection")
+	HContentLength  = []byte("Content-Length")
+	HDate           = []byte("Date")
+	HETag           = []byte("ETag")
+	HExpires        = []byte("Expires")
+	HLink           = []byte("Link")
+	HIfModSince     = []byte("If-Modified-Since")
+	HIfNoneMatch    = []byte("If-None-Match")
+	HLastModified   = []byte("Last-Modified")
+	HPragma         = []byte("Pragma")
+	HRetryAfter     = []byte("Retry-After")
+	HSetCookie      = []byte("Set-Cookie")
+	HVary           = []byte("Vary")
+	HVia            = []byte("Via")
+	HXForwardedFor  = []byte("X-Forwarded-For")
+	HXForwardedHost = []byte("X-Forwarded-Host")
+	HXForwardedProt = []byte("X-Forwarded-Proto")
+	HXForwardedPort = []byte("X-Forwarded-Port")
 
-	viaValue = []byte("1.1 shield")
+	ViaValue = []byte("1.1 shield")
 )
 
 // hopByHop are the connection-specific fields a proxy must not forward
@@ -49,20 +49,20 @@ var hopByHop = [][]byte{
 	[]byte("Upgrade"),
 }
 
-// isHopByHop reports whether name must be dropped when forwarding, given
+// IsHopByHop reports whether name must be dropped when forwarding, given
 // the message's Connection field value.
-func isHopByHop(name, connection []byte) bool {
+func IsHopByHop(name, connection []byte) bool {
 	for _, h := range hopByHop {
 		if bytes.EqualFold(name, h) {
 			return true
 		}
 	}
-	return len(connection) > 0 && listContains(connection, name)
+	return len(connection) > 0 && ListContains(connection, name)
 }
 
-// listContains reports whether the comma-separated token list contains
+// ListContains reports whether the comma-separated token list contains
 // tok (case-insensitive, OWS trimmed).
-func listContains(list, tok []byte) bool {
+func ListContains(list, tok []byte) bool {
 	for len(list) > 0 {
 		var item []byte
 		if i := bytes.IndexByte(list, ','); i >= 0 {
@@ -77,36 +77,36 @@ func listContains(list, tok []byte) bool {
 	return false
 }
 
-// isForwardedHeader reports Forwarded and every X-Forwarded-* field:
+// IsForwardedHeader reports Forwarded and every X-Forwarded-* field:
 // none a client sent is copied to an upstream request; setForwarded
 // writes the ones shield vouches for.
-func isForwardedHeader(name []byte) bool {
+func IsForwardedHeader(name []byte) bool {
 	const prefix = "X-Forwarded-"
 	return (len(name) > len(prefix) && bytes.EqualFold(name[:len(prefix)], []byte(prefix))) ||
 		bytes.EqualFold(name, []byte("Forwarded"))
 }
 
-// isEdgeForwarded reports the forwarding fields an edge node sets for
+// IsEdgeForwarded reports the forwarding fields an edge node sets for
 // the key's owner (setForwarded), which the owner forwards as they are.
-func isEdgeForwarded(name []byte) bool {
-	return bytes.EqualFold(name, hXForwardedFor) || bytes.EqualFold(name, hXForwardedProt) ||
-		bytes.EqualFold(name, hXForwardedHost) || bytes.EqualFold(name, hXForwardedPort)
+func IsEdgeForwarded(name []byte) bool {
+	return bytes.EqualFold(name, HXForwardedFor) || bytes.EqualFold(name, HXForwardedProt) ||
+		bytes.EqualFold(name, HXForwardedHost) || bytes.EqualFold(name, HXForwardedPort)
 }
 
 // notStored are response fields never written into a cache entry: they
 // describe one transfer (Age, Content-Length are recomputed when
 // serving), or are replaced by ours (Cache-Status, Via is stored already
 // combined with our own entry).
-func notStored(name []byte) bool {
-	return bytes.EqualFold(name, hAge) ||
-		bytes.EqualFold(name, hContentLength) ||
-		bytes.EqualFold(name, hCacheStatus) ||
-		bytes.EqualFold(name, hVia)
+func NotStored(name []byte) bool {
+	return bytes.EqualFold(name, HAge) ||
+		bytes.EqualFold(name, HContentLength) ||
+		bytes.EqualFold(name, HCacheStatus) ||
+		bytes.EqualFold(name, HVia)
 }
 
-// notModifiedHeader reports the fields a 304 carries (RFC 9110 §15.4.5).
-func notModifiedHeader(name []byte) bool {
-	for _, h := range [...][]byte{hCacheControl, hDate, hETag, hExpires, hVary, hLastModified, []byte("Content-Location")} {
+// NotModifiedHeader reports the fields a 304 carries (RFC 9110 §15.4.5).
+func NotModifiedHeader(name []byte) bool {
+	for _, h := range [...][]byte{HCacheControl, HDate, HETag, HExpires, HVary, HLastModified, []byte("Content-Location")} {
 		if bytes.EqualFold(name, h) {
 			return true
 		}

@@ -95,9 +95,9 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry, age, ttl 
 // SetCanonical skips normalising them.
 func stamp(h *fasthttp.ResponseHeader, sc *scratch, age, ttl int64, csPrefix []byte) {
 	sc.tmp = strconv.AppendInt(sc.tmp[:0], age, 10)
-	h.SetCanonical(hAge, sc.tmp)
+	h.SetCanonical(HAge, sc.tmp)
 	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), ttl, 10)
-	h.SetCanonical(hCacheStatus, sc.tmp)
+	h.SetCanonical(HCacheStatus, sc.tmp)
 }
 
 // readHead parses head, completed by hitHeadEnd, into resp's header.

@@ -113,7 +113,7 @@ func TestHitHeadOnTheWire(t *testing.T) {
 // (headers.go) are in the form fasthttp stores request names in, or the
 // lookups would miss fields the request has.
 func TestCanonicalNames(t *testing.T) {
-	for _, name := range [][]byte{hCacheControl, hPragma, hShieldReadThrough, hRange, hIfNoneMatch, hIfModSince, hAcceptEncoding, hDate, hAge, hCacheStatus, hShieldTags} {
+	for _, name := range [][]byte{HCacheControl, HPragma, hShieldReadThrough, hRange, HIfNoneMatch, HIfModSince, hAcceptEncoding, HDate, HAge, HCacheStatus, hShieldTags} {
 		var h fasthttp.RequestHeader
 		h.SetBytesKV(bytes.ToLower(name), []byte("v"))
 		for k := range h.All() {

@@ -175,7 +175,7 @@ func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthtt
 func (o *origin) attempt(s *server, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idem bool) error {
 	s.ps.Start()
 	err := s.hc.DoDeadline(req, resp, deadline)
-	if err != nil && idem && lostBeforeResponse(err) && reusedConn(resp) {
+	if err != nil && idem && lostBeforeResponse(err) && ReusedConn(resp) {
 		o.m.staleRetries.Inc()
 		resp.Reset()
 		req.SetConnectionClose()

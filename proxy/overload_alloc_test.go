@@ -21,10 +21,10 @@ func TestEagerRefreshHitAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		ctx.Response.Reset()
 		h(ctx)
-		hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix)
+		hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(HCacheStatus), hitPrefix)
 	})
 	if !hit {
-		t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(hCacheStatus))
+		t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(HCacheStatus))
 	}
 	if allocs != 0 {
 		t.Errorf("HIT with eager_refresh = %v allocs/op, want 0", allocs)

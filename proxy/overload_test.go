@@ -118,8 +118,8 @@ func TestEagerRefresh(t *testing.T) {
 	for i := range 20 {
 		ctx := serve(p, get(t, "/e"))
 		s := summary(ctx)
-		if s.code != 200 || s.body != "body 1" || !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
-			t.Fatalf("hit %d during the refresh: %+v, Cache-Status %q", i, s, ctx.Response.Header.PeekBytes(hCacheStatus))
+		if s.code != 200 || s.body != "body 1" || !bytes.HasPrefix(ctx.Response.Header.PeekBytes(HCacheStatus), hitPrefix) {
+			t.Fatalf("hit %d during the refresh: %+v, Cache-Status %q", i, s, ctx.Response.Header.PeekBytes(HCacheStatus))
 		}
 	}
 	waitUntil(t, "the refresh to reach the origin", func() bool { return o.hits.Load() == 2 })

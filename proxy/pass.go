@@ -112,9 +112,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, rte, false, fromPeer, p.rt.Load().trusts(ctx), nil)
 	resp := fasthttp.AcquireResponse()
-	tok := watchHints(req, ctx, rte.origin.maxHints)
+	tok := WatchHints(req, ctx, rte.origin.maxHints)
 	l, ok, fl := rte.origin.call(t, rte.prio, req, resp)
-	endHints(req, tok)
+	EndHints(req, tok)
 	if !ok {
 		rte.countShed(fl)
 		fasthttp.ReleaseResponse(resp)

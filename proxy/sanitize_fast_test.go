@@ -21,7 +21,7 @@ func sanitizeReference(ctx *fasthttp.RequestCtx) (msg string) {
 			return "invalid header field name"
 		}
 	}
-	if conn := h.PeekBytes(hConnection); len(conn) > 0 && nominatesFields(conn) {
+	if conn := h.PeekBytes(HConnection); len(conn) > 0 && nominatesFields(conn) {
 		var names [][]byte
 		for item := range bytes.SplitSeq(conn, []byte(",")) {
 			item = bytes.TrimSpace(item)

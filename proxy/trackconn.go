@@ -37,7 +37,7 @@ type trackedAddr struct {
 	c *trackedConn
 }
 
-func newTrackedConn(c net.Conn) *trackedConn {
+func NewTrackedConn(c net.Conn) *trackedConn {
 	t := &trackedConn{Conn: c}
 	t.addr = trackedAddr{Addr: c.LocalAddr(), c: t}
 	t.read.Store(true)
@@ -112,12 +112,12 @@ func (t *trackedConn) Read(b []byte) (int, error) {
 
 func (t *trackedConn) LocalAddr() net.Addr { return &t.addr }
 
-// reusedConn reports whether resp's last request went out on a
+// ReusedConn reports whether resp's last request went out on a
 // connection that had carried an earlier request, and got no byte of an
 // answer on it: an origin that answered (interim heads past their bounds,
 // say: fasthttp reports any error before the final answer's first byte
 // as a closed connection) did not close it while idle.
-func reusedConn(resp *fasthttp.Response) bool {
+func ReusedConn(resp *fasthttp.Response) bool {
 	a, ok := resp.LocalAddr().(*trackedAddr)
 	return ok && a.c.requests.Load() > 1 && !a.c.answered.Load()
 }
