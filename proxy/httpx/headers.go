@@ -1,13 +1,13 @@
-package proxy
+package httpx
 
 import "bytes"
 
-// Header names and values used on the request path, as byte slices so
-// that setting them does not convert strings per request. The hit path
-// looks its fields up with PeekCanonical, which skips copying and
-// normalising the name on every call: fasthttp stores request names in
-// canonical form (shield never disables normalising), so these must be
-// canonical too (TestCanonicalNames).
+// Header names and values used on the request path (H + the field name),
+// as byte slices so that setting them does not convert strings per
+// request. The hit path looks its fields up with PeekCanonical, which
+// skips copying and normalising the name on every call: fasthttp stores
+// request names in canonical form (shield never disables normalising),
+// so these must be canonical too (proxy's TestCanonicalNames).
 var (
 	HAge            = []byte("Age")
 	HCacheStatus    = []byte("Cache-Status")
@@ -78,8 +78,8 @@ func ListContains(list, tok []byte) bool {
 }
 
 // IsForwardedHeader reports Forwarded and every X-Forwarded-* field:
-// none a client sent is copied to an upstream request; setForwarded
-// writes the ones shield vouches for.
+// none a client sent is copied to an upstream request; proxy's
+// setForwarded writes the ones shield vouches for.
 func IsForwardedHeader(name []byte) bool {
 	const prefix = "X-Forwarded-"
 	return (len(name) > len(prefix) && bytes.EqualFold(name[:len(prefix)], []byte(prefix))) ||
@@ -87,14 +87,15 @@ func IsForwardedHeader(name []byte) bool {
 }
 
 // IsEdgeForwarded reports the forwarding fields an edge node sets for
-// the key's owner (setForwarded), which the owner forwards as they are.
+// the key's owner (proxy's setForwarded), which the owner forwards as
+// they are.
 func IsEdgeForwarded(name []byte) bool {
 	return bytes.EqualFold(name, HXForwardedFor) || bytes.EqualFold(name, HXForwardedProt) ||
 		bytes.EqualFold(name, HXForwardedHost) || bytes.EqualFold(name, HXForwardedPort)
 }
 
-// notStored are response fields never written into a cache entry: they
-// describe one transfer (Age, Content-Length are recomputed when
+// NotStored reports the response fields never written into a cache
+// entry: they describe one transfer (Age, Content-Length are recomputed when
 // serving), or are replaced by ours (Cache-Status, Via is stored already
 // combined with our own entry).
 func NotStored(name []byte) bool {

@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"crypto/tls"
@@ -167,7 +167,7 @@ func withServerName(tc *tls.Config, addr string) *tls.Config {
 	return tc
 }
 
-// handshake runs the client side of a TLS handshake on c, done by
+// Handshake runs the client side of a TLS handshake on c, done by
 // deadline; on failure c is closed. Peer and origin dialers share it.
 func Handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error) {
 	tconn := tls.Client(c, tc)
@@ -178,27 +178,4 @@ func Handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error
 	}
 	_ = c.SetDeadline(time.Time{})
 	return tconn, nil
-}
-
-// PreparePeerTLS reads a reload's cluster.tls for a node whose peers
-// already talk TLS (turning it on or off needs a restart, as server.tls
-// does). install makes the new certificate and CA pool those of new
-// handshakes, both ways, and closes the idle connections to peers, so
-// the next requests dial with them instead of reusing sessions made with
-// the old ones.
-func (p *Proxy) PreparePeerTLS(t *config.PeerTLS) (install func(), err error) {
-	c := p.cluster.Load()
-	if c == nil || c.opts.TLS == nil || t == nil {
-		return nil, nil
-	}
-	in, err := c.opts.TLS.Prepare(t)
-	if err != nil {
-		return nil, err
-	}
-	return func() {
-		in()
-		for _, pc := range c.peers.Load().byID {
-			pc.hc.CloseIdleConnections()
-		}
-	}, nil
 }

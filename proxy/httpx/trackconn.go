@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"net"
@@ -37,7 +37,10 @@ type trackedAddr struct {
 	c *trackedConn
 }
 
-func NewTrackedConn(c net.Conn) *trackedConn {
+// NewTrackedConn wraps c, a new connection to an origin or a peer, so
+// that ReusedConn can tell its requests apart and the interim heads of
+// its answers are watched (earlyhints.go).
+func NewTrackedConn(c net.Conn) net.Conn {
 	t := &trackedConn{Conn: c}
 	t.addr = trackedAddr{Addr: c.LocalAddr(), c: t}
 	t.read.Store(true)
