@@ -37,8 +37,8 @@ var (
 )
 
 // SetDate resets h and leaves it holding only Date: date. Call it first;
-// it returns false (h reset, no Date) for a value that does not fit a
-// header line.
+// it returns false (h untouched: no Date on a fresh header) for a value
+// that does not fit a header line.
 func SetDate(h *fasthttp.ResponseHeader, date []byte) bool {
 	if len(date) == 0 || len(date) > 64 || bytes.ContainsAny(date, "\r\n") {
 		return false
