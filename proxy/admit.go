@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // tenantOf identifies the request's tenant: the route's fixed tenant, else
@@ -36,8 +37,8 @@ func reject(ctx *fasthttp.RequestCtx, t *admission.Tenant, reason admission.Reas
 	resp.SetStatusCode(fasthttp.StatusTooManyRequests)
 	setRetryAfter(resp, retryAfter)
 	resp.Header.SetContentType("application/json")
-	resp.Header.SetBytesKV(hCacheControl, noStore)
-	resp.Header.SetBytesKV(hCacheStatus, csRejected)
+	resp.Header.SetBytesKV(httpx.HCacheControl, noStore)
+	resp.Header.SetBytesKV(httpx.HCacheStatus, csRejected)
 	var buf [256]byte
 	b := append(buf[:0], `{"error":"too many requests","tenant":"`...)
 	b = append(b, t.Name()...)

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // cacheStatus is shield's member of the Cache-Status field (RFC 9211):
@@ -57,5 +59,5 @@ func (cs cacheStatus) append(dst []byte) []byte {
 // set writes the member as h's Cache-Status.
 func (cs cacheStatus) set(h *fasthttp.ResponseHeader) {
 	var buf [128]byte
-	h.SetBytesKV(hCacheStatus, cs.append(buf[:0]))
+	h.SetBytesKV(httpx.HCacheStatus, cs.append(buf[:0]))
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/breaker"
+	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -102,7 +104,7 @@ type ClusterOptions struct {
 	UsageInterval time.Duration
 	// TLS, when set, makes connections to peers mutual TLS (the peer
 	// listener is wrapped by the caller with TLS.Server).
-	TLS *PeerTLS
+	TLS *httpx.PeerTLS
 	// Dial, when set, opens connections to peers instead of TCP (and
 	// TLS): tests run a cluster over in-memory listeners with it.
 	Dial func(addr string) (net.Conn, error)
@@ -212,7 +214,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 					if err != nil {
 						return nil, err
 					}
-					return newTrackedConn(conn), nil
+					return httpx.NewTrackedConn(conn), nil
 				}
 				for i := range pc.outcomes {
 					pc.outcomes[i] = p.g.set.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
@@ -264,12 +266,12 @@ func otherIDs(v *routing.View, self string) []string {
 	return ids
 }
 
-func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *PeerTLS) *fasthttp.HostClient {
+func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *httpx.PeerTLS) *fasthttp.HostClient {
 	hc := newPlainPeerClient(addr, timeout, maxBody)
 	if pt != nil {
 		// A dead owner must cost little: the dial and handshake together
 		// get the plain dial's 250ms, plus room for the handshake.
-		hc.DialTimeout = tlsDialer(addr, pt.Client, 500*time.Millisecond)
+		hc.DialTimeout = httpx.TLSDialer(addr, pt.Client, 500*time.Millisecond)
 	}
 	return hc
 }
@@ -317,9 +319,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	src := &ctx.Request
 	req.Header.SetMethodBytes(src.Header.Method())
 	req.SetRequestURIBytes(src.Header.RequestURI())
-	conn := src.Header.PeekBytes(hConnection)
+	conn := src.Header.PeekBytes(httpx.HConnection)
 	for k, val := range src.Header.All() {
-		if isHopByHop(k, conn) || isShieldHeader(k) || isForwardedHeader(k) || bytes.EqualFold(k, hContentLength) {
+		if httpx.IsHopByHop(k, conn) || isShieldHeader(k) || httpx.IsForwardedHeader(k) || bytes.EqualFold(k, httpx.HContentLength) {
 			continue
 		}
 		req.Header.AddBytesKV(k, val)
@@ -336,9 +338,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	resp := fasthttp.AcquireResponse()
 	seq := p.iv.next() // a near copy's place in invalidation order
 	reqTime := time.Now()
-	tok := watchHints(req, ctx, rte.origin.maxHints)
+	tok := httpx.WatchHints(req, ctx, rte.origin.maxHints)
 	err := pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
-	endHints(req, tok)
+	httpx.EndHints(req, tok)
 	outcome := breaker.Success
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		outcome = breaker.Ignored // a large object, served locally; the peer is fine
@@ -394,7 +396,7 @@ func relayPeerHead(out, resp *fasthttp.Response, owner string, buf []byte) []byt
 	out.Header.ResetConnectionClose()
 	out.Header.DelBytes(hShieldTags)
 	buf = append(append(buf[:0], csEdgePeer...), owner...)
-	out.Header.AddBytesKV(hCacheStatus, buf)
+	out.Header.AddBytesKV(httpx.HCacheStatus, buf)
 	return buf
 }
 
@@ -410,7 +412,7 @@ var csEdgePeer = []byte("shield-edge; detail=peer-")
 // forwarding it again.
 func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
-		defer ensureDate(&ctx.Response)
+		defer httpx.EnsureDate(&ctx.Response)
 		c := p.cluster.Load()
 		if c == nil {
 			ctx.SetStatusCode(fasthttp.StatusNotFound)
@@ -517,3 +519,26 @@ func setPeerHead(h *fasthttp.RequestHeader, c *cluster, addr string, gen uint64)
 
 // purgePath is the peer-listener path a purge is fanned out on.
 const purgePath = "/__shield/purge"
+
+// PreparePeerTLS reads a reload's cluster.tls for a node whose peers
+// already talk TLS (turning it on or off needs a restart, as server.tls
+// does). install makes the new certificate and CA pool those of new
+// handshakes, both ways, and closes the idle connections to peers, so
+// the next requests dial with them instead of reusing sessions made with
+// the old ones.
+func (p *Proxy) PreparePeerTLS(t *config.PeerTLS) (install func(), err error) {
+	c := p.cluster.Load()
+	if c == nil || c.opts.TLS == nil || t == nil {
+		return nil, nil
+	}
+	in, err := c.opts.TLS.Prepare(t)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		in()
+		for _, pc := range c.peers.Load().byID {
+			pc.hc.CloseIdleConnections()
+		}
+	}, nil
+}

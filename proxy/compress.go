@@ -13,6 +13,7 @@ import (
 
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -225,7 +226,7 @@ func (c *compression) entryEligible(e *entry) bool {
 			ct = v
 		case bytes.EqualFold(k, hContentEncoding):
 			ce = v
-		case bytes.EqualFold(k, hCacheControl):
+		case bytes.EqualFold(k, httpx.HCacheControl):
 			cc = v
 		}
 	}
@@ -241,7 +242,7 @@ func (c *compression) headersEligible(status int, body []byte, hs []header) bool
 			ct = h.v
 		case bytes.EqualFold(h.k, hContentEncoding):
 			ce = h.v
-		case bytes.EqualFold(h.k, hCacheControl):
+		case bytes.EqualFold(h.k, httpx.HCacheControl):
 			cc = h.v
 		}
 	}
@@ -254,8 +255,8 @@ func (c *compression) headersEligible(status int, body []byte, hs []header) bool
 func withVaryAE(hs []header) []header {
 	last := -1
 	for i, h := range hs {
-		if bytes.EqualFold(h.k, hVary) {
-			if listContains(h.v, varyAE) || listContains(h.v, []byte("*")) {
+		if bytes.EqualFold(h.k, httpx.HVary) {
+			if httpx.ListContains(h.v, varyAE) || httpx.ListContains(h.v, []byte("*")) {
 				return hs
 			}
 			last = i
@@ -264,7 +265,7 @@ func withVaryAE(hs []header) []header {
 	out := make([]header, len(hs), len(hs)+1)
 	copy(out, hs)
 	if last < 0 {
-		return append(out, header{k: hVary, v: varyAE})
+		return append(out, header{k: httpx.HVary, v: varyAE})
 	}
 	v := append(append(bytes.Clone(out[last].v), ", "...), varyAE...)
 	out[last] = header{k: out[last].k, v: v}
@@ -339,7 +340,7 @@ func encodeSibling(e *entry, key, coding []byte) ([]byte, error) {
 	for k, ok := it.next(); ok; k, ok = it.next() {
 		v, _ := it.next()
 		switch {
-		case bytes.EqualFold(k, hETag):
+		case bytes.EqualFold(k, httpx.HETag):
 			if s.etag != nil {
 				hs = append(hs, header{k: k, v: s.etag})
 			}
@@ -473,7 +474,7 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 		return
 	}
 	eligible := rte.comp.eligible(resp.StatusCode(), len(resp.Body()), resp.Header.ContentType(),
-		resp.Header.PeekBytes(hContentEncoding), resp.Header.PeekBytes(hCacheControl))
+		resp.Header.PeekBytes(hContentEncoding), resp.Header.PeekBytes(httpx.HCacheControl))
 	if !eligible {
 		return
 	}
@@ -487,11 +488,11 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 		p.logger.Warn("compression failed, passing identity", "coding", string(coding), "err", err)
 		return
 	}
-	if et := resp.Header.PeekBytes(hETag); len(et) > 0 {
+	if et := resp.Header.PeekBytes(httpx.HETag); len(et) > 0 {
 		if c := codedETag(et, coding); c != nil {
-			resp.Header.SetBytesKV(hETag, c)
+			resp.Header.SetBytesKV(httpx.HETag, c)
 		} else {
-			resp.Header.DelBytes(hETag)
+			resp.Header.DelBytes(httpx.HETag)
 		}
 	}
 	resp.Header.SetBytesKV(hContentEncoding, coding)
@@ -503,7 +504,7 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 func addVary(h *fasthttp.ResponseHeader) {
 	var hs []header
 	for k, v := range h.All() {
-		if bytes.EqualFold(k, hVary) {
+		if bytes.EqualFold(k, httpx.HVary) {
 			hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
 		}
 	}
@@ -511,9 +512,9 @@ func addVary(h *fasthttp.ResponseHeader) {
 	if len(merged) == len(hs) && (len(hs) == 0 || bytes.Equal(merged[len(hs)-1].v, hs[len(hs)-1].v)) {
 		return
 	}
-	h.DelBytes(hVary)
+	h.DelBytes(httpx.HVary)
 	for _, m := range merged {
-		h.AddBytesKV(hVary, m.v)
+		h.AddBytesKV(httpx.HVary, m.v)
 	}
 }
 
@@ -536,7 +537,7 @@ func (rte *route) forwardCoding(h *fasthttp.RequestHeader, idx uint8) {
 func (p *Proxy) compressForwarded(ctx *fasthttp.RequestCtx, rte *route, resp *fasthttp.Response, l lease) bool {
 	h := &resp.Header
 	if !ctx.IsGet() || resp.StatusCode() != fasthttp.StatusOK || h.ContentLength() > rte.comp.maxSize ||
-		!rte.comp.eligible(fasthttp.StatusOK, max(rte.comp.minSize, 1), h.ContentType(), h.PeekBytes(hContentEncoding), h.PeekBytes(hCacheControl)) {
+		!rte.comp.eligible(fasthttp.StatusOK, max(rte.comp.minSize, 1), h.ContentType(), h.PeekBytes(hContentEncoding), h.PeekBytes(httpx.HCacheControl)) {
 		return false
 	}
 	body, complete, err := readBody(resp, rte.comp.maxSize)

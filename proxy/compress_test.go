@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 func TestNegotiate(t *testing.T) {
@@ -394,7 +395,7 @@ func warmCodedFrom(tb testing.TB, ae string, h func(w http.ResponseWriter, r *ht
 		ctx.Request.Header.Set("Accept-Encoding", ae)
 		p.Handler()(ctx)
 	}
-	if cs := ctx.Response.Header.PeekBytes(hCacheStatus); !bytes.HasPrefix(cs, hitPrefix) {
+	if cs := ctx.Response.Header.PeekBytes(httpx.HCacheStatus); !bytes.HasPrefix(cs, hitPrefix) {
 		tb.Fatalf("Cache-Status = %q, want a hit", cs)
 	}
 	return p, ctx, len(ctx.Response.Body())
@@ -408,8 +409,8 @@ func codedHits(tb testing.TB, h fasthttp.RequestHandler, ctx *fasthttp.RequestCt
 		ctx.Response.Reset()
 		ctx.Request.Header.SetBytesKV(hAcceptEncoding, ae)
 		h(ctx)
-		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) || len(ctx.Response.Body()) != n {
-			tb.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(hCacheStatus), len(ctx.Response.Body()), n)
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix) || len(ctx.Response.Body()) != n {
+			tb.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(httpx.HCacheStatus), len(ctx.Response.Body()), n)
 		}
 	}
 }

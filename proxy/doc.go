@@ -1,34 +1,59 @@
-// Package proxy is shield's request path (docs/architecture.md §1) and the only package
-// that touches fasthttp request and response objects: route, admit, key,
-// owner, lookup, coalesce, fetch, store, respond, plus the admin and peer
-// listeners' handlers. The pure decisions live elsewhere — cache keys in
-// cachekey, freshness and storability in stale, tenant and origin limits
-// in admission, breakers and the retry budget in breaker, routes and the
-// peer set in routing — and are called with plain values.
+// Package proxy is shield's request path (docs/architecture.md §1): route,
+// admit, key, owner, lookup, coalesce, fetch, store, respond, plus the
+// admin and peer listeners' handlers. With proxy/httpx, its leaf helpers
+// (header names, dates, tracked connections, Early Hints, certificates),
+// it is the only code that touches fasthttp request and response objects.
+// The pure decisions live elsewhere — cache keys in cachekey, freshness
+// and storability in stale, tenant and origin limits in admission,
+// breakers and the retry budget in breaker, routes and the peer set in
+// routing — and are called with plain values. The cache, the origins and
+// the cluster are still in this package; docs/architecture.md §2 says
+// which imports the rooms they move to may have (internal/importrules
+// enforces it).
 //
-// Files, in request order:
+// Files, in request order (internal/doccheck checks that the list names
+// every non-test file of the directory and nothing else):
 //
-//	serve.go     handler: target checks, route, key, owner,
-//	             lookup, fresh hit (0 allocations), stale-while-revalidate
-//	admit.go     Host validation, tenant identity, admission, 429
-//	cluster.go   forwarding to the key's owner, peer listener, purge fan-out
-//	nearcopy.go  near copies of hot keys, previous-owner read-through
-//	fetch.go     misses: coalescing, origin fetch for the cache, stale-if-error,
-//	             background refresh, storing
-//	pass.go      pass-through (unsafe methods, bypass), invalidation, body streaming
-//	compress.go  compression at the shield: coding negotiation, coded sibling
-//	             entries, compressing passed-through answers
-//	origin.go    one protected origin call: budget, breaker, retry
-//	coalesce.go  in-flight fetches per key
-//	upstream.go  what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)
-//	freshness.go origin response → stale.Facts → storable / lifetime / windows
-//	entry.go     the versioned cache entry codec
-//	hithead.go   a hit's head: parsed heads copied into the answer
-//	store.go     fastcache, pieces for large entries, snapshots
-//	purge.go     purge by URL (hard, soft) and by namespace
-//	hot.go       sampled hot-key table (near copies, hand-off)
-//	handoff.go   pushing hot entries to new owners on a graceful leave
-//	metrics.go, metrics_help.go, admin.go   Prometheus metrics and admin API
+//	proxy.go             Proxy, New, Apply: the configuration in force, lifecycle, Close
+//	servers.go           the public and peer fasthttp servers; cluster options from config
+//	h2.go                HTTP/2 on the public listener (ALPN or h2c) beside fasthttp
+//	sanitize.go          one meaning per request: target, Host and fields made canonical
+//	serve.go             handler: target checks, route, key, owner,
+//	                     lookup, fresh hit (0 allocations), stale-while-revalidate
+//	admit.go             Host validation, tenant identity, admission, 429
+//	overload.go          priority, cost, queue timeout, TTL jitter, eager refresh, shuffle shard
+//	encoding.go          Accept-Encoding canonicalisation: one variant per preference
+//	ranges.go            Range requests cut from the stored whole object
+//	cachestatus.go       the Cache-Status field, written here only
+//	cluster.go           forwarding to the key's owner, peer listener, purge fan-out,
+//	                     peer TLS reloads (PreparePeerTLS)
+//	peerskip.go          per-peer breakers on the forwarded path (atomics, no allocation)
+//	nearcopy.go          near copies of hot keys, previous-owner read-through
+//	fetch.go             misses: coalescing, origin fetch for the cache, stale-if-error,
+//	                     background refresh, storing
+//	pass.go              pass-through (unsafe methods, bypass), invalidation, body streaming
+//	compress.go          compression at the shield: coding negotiation, coded sibling
+//	                     entries, compressing passed-through answers
+//	origin.go            one protected origin call: budget, breaker, retry
+//	originservers.go     an origin's servers: pools, TLS dialing, health checks
+//	coalesce.go          in-flight fetches per key
+//	upstream.go          what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)
+//	freshness.go         origin response → stale.Facts → storable / lifetime / windows
+//	entry.go             the versioned cache entry codec
+//	entryage.go          an entry's age and freshness at a time
+//	hithead.go           a hit's head: parsed heads copied into the answer
+//	store.go             fastcache, pieces for large entries, snapshots
+//	inval.go             invalidation ordering: one clock, URL and tag invalidations
+//	purge.go             purge by URL (hard, soft) and by namespace
+//	purgelog.go          cluster purge delivery: the purge log, retries to every holder
+//	purgesync.go         purge sync between nodes that learn of each other late (Consul)
+//	hot.go               sampled hot-key table (near copies, hand-off)
+//	handoff.go           pushing hot entries to new owners on a graceful leave
+//	usage.go             usage exchange between nodes for fleet-wide tenant limits
+//	usage_failmode.go    the fleet limiter's fail mode while a member is not heard from
+//	status.go            the admin status page's data and event log
+//	metrics.go, metrics_help.go, metrics_runtime.go, admin.go
+//	                     Prometheus metrics and admin API
 //
 // Invariants:
 //

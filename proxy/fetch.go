@@ -9,6 +9,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -76,7 +77,7 @@ type originFetch struct {
 	prev *peerClient
 	tid  []byte
 	// client gets the origin's 103 Early Hints (nil: nobody does;
-	// earlyhints.go).
+	// httpx/earlyhints.go).
 	client *fasthttp.RequestCtx
 }
 
@@ -122,9 +123,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	if !fromPrev {
 		var ok bool
 		var fl failure
-		tok := watchHints(req, f.client, o.maxHints)
+		tok := httpx.WatchHints(req, f.client, o.maxHints)
 		l, ok, fl = o.call(f.tenant, rte.prio, req, resp)
-		endHints(req, tok)
+		httpx.EndHints(req, tok)
 		if !ok {
 			rte.countShed(fl)
 			fasthttp.ReleaseResponse(resp)
@@ -181,8 +182,8 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		fetchSeq:     seq,
 		urlDigest:    urlDigest,
 		tags:         entryTags(fromPrev, prevTags, resp, rte),
-		etag:         bytes.Clone(resp.Header.PeekBytes(hETag)),
-		lastModified: bytes.Clone(resp.Header.PeekBytes(hLastModified)),
+		etag:         bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
+		lastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
 		body:         body,
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
@@ -423,7 +424,7 @@ func setRetryAfter(resp *fasthttp.Response, d time.Duration) {
 		secs = 1
 	}
 	var b [20]byte
-	resp.Header.SetBytesKV(hRetryAfter, appendInt(b[:0], secs))
+	resp.Header.SetBytesKV(httpx.HRetryAfter, appendInt(b[:0], secs))
 }
 
 // refreshInBackground starts one background refresh of a stale entry
@@ -547,10 +548,10 @@ func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []by
 	e.storedAt = respTime.UnixNano()
 	e.fetchSeq = seq
 	e.initialAge, e.lifetime, e.swr, e.sie = int64(d.initialAge), int64(d.lifetime), int64(d.swr), int64(d.sie)
-	if v := tmp.Header.PeekBytes(hETag); len(v) > 0 {
+	if v := tmp.Header.PeekBytes(httpx.HETag); len(v) > 0 {
 		e.etag = bytes.Clone(v)
 	}
-	if v := tmp.Header.PeekBytes(hLastModified); len(v) > 0 {
+	if v := tmp.Header.PeekBytes(httpx.HLastModified); len(v) > 0 {
 		e.lastModified = bytes.Clone(v)
 	}
 	storedKey := bytes.Clone(key)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -49,17 +50,17 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 	}
 	for k, v := range resp.Header.All() {
 		switch {
-		case bytes.EqualFold(k, hCacheControl) && targeted == nil:
+		case bytes.EqualFold(k, httpx.HCacheControl) && targeted == nil:
 			cc.Parse(v)
 			strip = stale.QualifiedFields(strip, v)
 			hasCC = true
-		case bytes.EqualFold(k, hSetCookie):
+		case bytes.EqualFold(k, httpx.HSetCookie):
 			setCookie = true
-		case bytes.EqualFold(k, hVary):
-			varyStar = varyStar || listContains(v, []byte("*"))
+		case bytes.EqualFold(k, httpx.HVary):
+			varyStar = varyStar || httpx.ListContains(v, []byte("*"))
 		}
 	}
-	if setCookie && stale.ListHas(strip, hSetCookie) {
+	if setCookie && stale.ListHas(strip, httpx.HSetCookie) {
 		setCookie = false // stored without it
 	}
 	f := stale.Facts{
@@ -68,13 +69,13 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 		Status:        resp.StatusCode(),
 		SetCookie:     setCookie,
 		VaryStar:      varyStar,
-		Date:          resp.Header.PeekBytes(hDate),
-		LastModified:  resp.Header.PeekBytes(hLastModified),
-		ETag:          len(resp.Header.PeekBytes(hETag)) > 0,
+		Date:          resp.Header.PeekBytes(httpx.HDate),
+		LastModified:  resp.Header.PeekBytes(httpx.HLastModified),
+		ETag:          len(resp.Header.PeekBytes(httpx.HETag)) > 0,
 		ResponseTime:  respTime,
 	}
 	if targeted == nil {
-		f.Expires = resp.Header.PeekBytes(hExpires)
+		f.Expires = resp.Header.PeekBytes(httpx.HExpires)
 	}
 	if hasCC {
 		f.CC = &cc
@@ -83,7 +84,7 @@ func decide(hasAuth bool, resp *fasthttp.Response, rte *route, reqTime, respTime
 	if !ok {
 		return decision{reason: string(reason)}
 	}
-	ageHdr, _ := stale.ParseAge(resp.Header.PeekBytes(hAge))
+	ageHdr, _ := stale.ParseAge(resp.Header.PeekBytes(httpx.HAge))
 	date, okDate := stale.ParseHTTPDate(f.Date)
 	if !okDate {
 		date = respTime
@@ -108,7 +109,7 @@ func explicitFreshness(resp *fasthttp.Response, rte *route) bool {
 			return hasLifetime(v)
 		}
 	}
-	if len(resp.Header.PeekBytes(hExpires)) > 0 {
+	if len(resp.Header.PeekBytes(httpx.HExpires)) > 0 {
 		return true
 	}
 	for _, v := range resp.Header.PeekAll("Cache-Control") {

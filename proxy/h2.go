@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // HTTP/2 on the public listener. fasthttp speaks HTTP/1.x only, so the
@@ -432,7 +433,7 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 	}
 	// Like the HTTP/1.1 listener: no Content-Type guessed. A stored
 	// answer keeps its Date; one without gets the sending time, as
-	// fasthttp gives shield's own answers (ensureDate).
+	// fasthttp gives shield's own answers (httpx.EnsureDate).
 	if _, ok := hdr["Content-Type"]; !ok {
 		hdr["Content-Type"] = nil
 	}
@@ -525,7 +526,7 @@ func (c *h2Conn) Write(b []byte) (int, error) {
 		c.interim(c.buf[:i])
 		c.buf = c.buf[i+4:]
 	}
-	if len(c.buf) > maxInterimHead {
+	if len(c.buf) > httpx.MaxInterimHead {
 		c.buf = c.buf[:0]
 	}
 	return len(b), nil
@@ -543,7 +544,7 @@ func (c *h2Conn) interim(head []byte) {
 		var f []byte
 		f, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		k, v, ok := bytes.Cut(f, []byte(":"))
-		if ok && bytes.EqualFold(k, hLink) {
+		if ok && bytes.EqualFold(k, httpx.HLink) {
 			hdr.Add("Link", string(bytes.TrimSpace(v)))
 			n++
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // TestReadPreface: a connection is HTTP/2 only when it opens with the
@@ -65,7 +66,7 @@ func TestReadPreface(t *testing.T) {
 // h2Echo answers what the handler saw of the request, with an Early
 // Hint first and a hop-by-hop field HTTP/2 must not carry.
 func h2Echo(ctx *fasthttp.RequestCtx) {
-	setDate(&ctx.Response.Header, []byte("Sun, 06 Nov 1994 08:49:37 GMT"))
+	httpx.SetDate(&ctx.Response.Header, []byte("Sun, 06 Nov 1994 08:49:37 GMT"))
 	ctx.Response.Header.Add("Link", "</a.css>; rel=preload")
 	_ = ctx.EarlyHints()
 	ctx.Response.Header.Del("Link")

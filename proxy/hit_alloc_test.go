@@ -10,6 +10,7 @@ import (
 
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // TestHitAllocs asserts the hot path allocates nothing: a cache HIT
@@ -32,10 +33,10 @@ func TestHitAllocs(t *testing.T) {
 			allocs := testing.AllocsPerRun(1000, func() {
 				ctx.Response.Reset()
 				h(ctx)
-				hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix)
+				hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix)
 			})
 			if !hit {
-				t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(hCacheStatus))
+				t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(httpx.HCacheStatus))
 			}
 			if allocs != 0 {
 				t.Errorf("HIT = %v allocs/op, want 0", allocs)

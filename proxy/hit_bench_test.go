@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // hitBody is the 1 KiB body of the benchmarked object.
@@ -70,7 +71,7 @@ func hitCtx(tb testing.TB) *fasthttp.RequestCtx {
 var hitPrefix = []byte("shield; hit")
 
 func checkHit(tb testing.TB, ctx *fasthttp.RequestCtx) {
-	if cs := ctx.Response.Header.PeekBytes(hCacheStatus); !bytes.HasPrefix(cs, hitPrefix) {
+	if cs := ctx.Response.Header.PeekBytes(httpx.HCacheStatus); !bytes.HasPrefix(cs, hitPrefix) {
 		tb.Fatalf("Cache-Status = %q, want %q...", cs, hitPrefix)
 	}
 	if len(ctx.Response.Body()) != len(hitBody) {
@@ -91,8 +92,8 @@ func benchmarkHits(b *testing.B, h fasthttp.RequestHandler, ctx *fasthttp.Reques
 	for b.Loop() {
 		ctx.Response.Reset()
 		h(ctx)
-		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) || len(ctx.Response.Body()) != bodyLen {
-			b.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(hCacheStatus), len(ctx.Response.Body()), bodyLen)
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix) || len(ctx.Response.Body()) != bodyLen {
+			b.Fatalf("Cache-Status = %q, %d bytes; want a hit of %d", ctx.Response.Header.PeekBytes(httpx.HCacheStatus), len(ctx.Response.Body()), bodyLen)
 		}
 	}
 }
@@ -113,8 +114,8 @@ func BenchmarkHitParallel(b *testing.B) {
 		for pb.Next() {
 			ctx.Response.Reset()
 			h(ctx)
-			if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
-				b.Errorf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(hCacheStatus))
+			if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix) {
+				b.Errorf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(httpx.HCacheStatus))
 				return
 			}
 		}
@@ -138,7 +139,7 @@ func BenchmarkMiss(b *testing.B) {
 		ctx.Request.SetRequestURIBytes(uri)
 		ctx.Response.Reset()
 		h(ctx)
-		if cs := ctx.Response.Header.PeekBytes(hCacheStatus); !bytes.HasPrefix(cs, []byte("shield; fwd=miss")) {
+		if cs := ctx.Response.Header.PeekBytes(httpx.HCacheStatus); !bytes.HasPrefix(cs, []byte("shield; fwd=miss")) {
 			b.Fatalf("Cache-Status = %q, want a miss", cs)
 		}
 	}
@@ -160,8 +161,8 @@ func BenchmarkHitPooledBody(b *testing.B) {
 	for b.Loop() {
 		ctx.Response.Reset()
 		h(ctx)
-		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
-			b.Fatalf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(hCacheStatus))
+		if !bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix) {
+			b.Fatalf("Cache-Status = %q, want a hit", ctx.Response.Header.PeekBytes(httpx.HCacheStatus))
 		}
 	}
 }
@@ -200,9 +201,9 @@ func hitRequest() *fasthttp.Request {
 
 // checkClientHit fails unless resp is a hit with the whole body.
 func checkClientHit(tb testing.TB, resp *fasthttp.Response) {
-	if !bytes.HasPrefix(resp.Header.PeekBytes(hCacheStatus), hitPrefix) || len(resp.Body()) != len(hitBody) {
+	if !bytes.HasPrefix(resp.Header.PeekBytes(httpx.HCacheStatus), hitPrefix) || len(resp.Body()) != len(hitBody) {
 		tb.Fatalf("status %d, Cache-Status %q, %d bytes; want a hit of %d bytes",
-			resp.StatusCode(), resp.Header.PeekBytes(hCacheStatus), len(resp.Body()), len(hitBody))
+			resp.StatusCode(), resp.Header.PeekBytes(httpx.HCacheStatus), len(resp.Body()), len(hitBody))
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // A hit's head. fasthttp offers no way to send prepared header bytes: a
@@ -95,9 +97,9 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry, age, ttl 
 // SetCanonical skips normalising them.
 func stamp(h *fasthttp.ResponseHeader, sc *scratch, age, ttl int64, csPrefix []byte) {
 	sc.tmp = strconv.AppendInt(sc.tmp[:0], age, 10)
-	h.SetCanonical(hAge, sc.tmp)
+	h.SetCanonical(httpx.HAge, sc.tmp)
 	sc.tmp = strconv.AppendInt(append(sc.tmp[:0], csPrefix...), ttl, 10)
-	h.SetCanonical(hCacheStatus, sc.tmp)
+	h.SetCanonical(httpx.HCacheStatus, sc.tmp)
 }
 
 // readHead parses head, completed by hitHeadEnd, into resp's header.

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // TestHitHeadOnTheWire: hits answered from the entry's prepared head
@@ -110,10 +111,10 @@ func TestHitHeadOnTheWire(t *testing.T) {
 }
 
 // TestCanonicalNames: the names the hit path looks up with PeekCanonical
-// (headers.go) are in the form fasthttp stores request names in, or the
+// (httpx/headers.go) are in the form fasthttp stores request names in, or the
 // lookups would miss fields the request has.
 func TestCanonicalNames(t *testing.T) {
-	for _, name := range [][]byte{hCacheControl, hPragma, hShieldReadThrough, hRange, hIfNoneMatch, hIfModSince, hAcceptEncoding, hDate, hAge, hCacheStatus, hShieldTags} {
+	for _, name := range [][]byte{httpx.HCacheControl, httpx.HPragma, hShieldReadThrough, hRange, httpx.HIfNoneMatch, httpx.HIfModSince, hAcceptEncoding, httpx.HDate, httpx.HAge, httpx.HCacheStatus, hShieldTags} {
 		var h fasthttp.RequestHeader
 		h.SetBytesKV(bytes.ToLower(name), []byte("v"))
 		for k := range h.All() {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -39,12 +40,12 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 			initialAge: int64(d.initialAge),
 			lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
 			body:       body,
-			etag:       bytes.Clone(resp.Header.PeekBytes(hETag)),
+			etag:       bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
 			fetchSeq:   seq,
 			urlDigest:  sc.urlDigest(),
 			tags:       tags,
 		}
-		e.lastModified = bytes.Clone(resp.Header.PeekBytes(hLastModified))
+		e.lastModified = bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified))
 		headers, vary := storedHeaders(resp, now, rte, d.strip)
 		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
 		c.nearStored.Inc()

@@ -14,6 +14,7 @@ import (
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/originpool"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // origin is one upstream service as configured now: its servers (each a
@@ -175,7 +176,7 @@ func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthtt
 func (o *origin) attempt(s *server, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idem bool) error {
 	s.ps.Start()
 	err := s.hc.DoDeadline(req, resp, deadline)
-	if err != nil && idem && lostBeforeResponse(err) && reusedConn(resp) {
+	if err != nil && idem && lostBeforeResponse(err) && httpx.ReusedConn(resp) {
 		o.m.staleRetries.Inc()
 		resp.Reset()
 		req.SetConnectionClose()

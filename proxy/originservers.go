@@ -17,6 +17,7 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/originpool"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // serverSet is one origin's servers with their health. A reload that
@@ -213,11 +214,11 @@ func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect
 			return nil, err
 		}
 		if tc == nil {
-			return newTrackedConn(c), nil
+			return httpx.NewTrackedConn(c), nil
 		}
 		// connect_timeout bounds the TCP dial; the handshake gets what
 		// is left of the request's time (the fetch timeout).
-		tconn, err := handshake(c, tc, start.Add(max(d, remaining)))
+		tconn, err := httpx.Handshake(c, tc, start.Add(max(d, remaining)))
 		if err != nil {
 			tlsErrs.Inc()
 			if now := time.Now().UnixNano(); now-lastLog.Load() > int64(10*time.Second) {
@@ -227,7 +228,7 @@ func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect
 			}
 			return nil, fmt.Errorf("tls handshake with %s: %w", label, err)
 		}
-		return newTrackedConn(tconn), nil
+		return httpx.NewTrackedConn(tconn), nil
 	}
 }
 

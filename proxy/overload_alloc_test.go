@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // TestEagerRefreshHitAllocs: with eager_refresh on, an ordinary hit (an
@@ -21,10 +22,10 @@ func TestEagerRefreshHitAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		ctx.Response.Reset()
 		h(ctx)
-		hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix)
+		hit = hit && bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix)
 	})
 	if !hit {
-		t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(hCacheStatus))
+		t.Fatalf("a run was not a hit: Cache-Status = %q", ctx.Response.Header.PeekBytes(httpx.HCacheStatus))
 	}
 	if allocs != 0 {
 		t.Errorf("HIT with eager_refresh = %v allocs/op, want 0", allocs)

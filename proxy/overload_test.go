@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // TestJitterLifetime: 1,000 entries stored within one second with
@@ -118,8 +119,8 @@ func TestEagerRefresh(t *testing.T) {
 	for i := range 20 {
 		ctx := serve(p, get(t, "/e"))
 		s := summary(ctx)
-		if s.code != 200 || s.body != "body 1" || !bytes.HasPrefix(ctx.Response.Header.PeekBytes(hCacheStatus), hitPrefix) {
-			t.Fatalf("hit %d during the refresh: %+v, Cache-Status %q", i, s, ctx.Response.Header.PeekBytes(hCacheStatus))
+		if s.code != 200 || s.body != "body 1" || !bytes.HasPrefix(ctx.Response.Header.PeekBytes(httpx.HCacheStatus), hitPrefix) {
+			t.Fatalf("hit %d during the refresh: %+v, Cache-Status %q", i, s, ctx.Response.Header.PeekBytes(httpx.HCacheStatus))
 		}
 	}
 	waitUntil(t, "the refresh to reach the origin", func() bool { return o.hits.Load() == 2 })

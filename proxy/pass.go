@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // passUnsafe forwards a request whose method is not cacheable. A
@@ -112,9 +113,9 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, rte, false, fromPeer, p.rt.Load().trusts(ctx), nil)
 	resp := fasthttp.AcquireResponse()
-	tok := watchHints(req, ctx, rte.origin.maxHints)
+	tok := httpx.WatchHints(req, ctx, rte.origin.maxHints)
 	l, ok, fl := rte.origin.call(t, rte.prio, req, resp)
-	endHints(req, tok)
+	httpx.EndHints(req, tok)
 	if !ok {
 		rte.countShed(fl)
 		fasthttp.ReleaseResponse(resp)

@@ -32,7 +32,7 @@ import (
 func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 	h := &ctx.Request.Header
 	// One pass checks every name and finds the first Connection field,
-	// the value PeekBytes(hConnection) would return for a non-empty one
+	// the value PeekBytes(httpx.HConnection) would return for a non-empty one
 	// (an empty or absent first field, or the synthetic "close" All
 	// yields last, nominates nothing either way).
 	var conn []byte

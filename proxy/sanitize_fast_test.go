@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // sanitizeReference is sanitize as it was before its fast paths (one
@@ -21,7 +22,7 @@ func sanitizeReference(ctx *fasthttp.RequestCtx) (msg string) {
 			return "invalid header field name"
 		}
 	}
-	if conn := h.PeekBytes(hConnection); len(conn) > 0 && nominatesFields(conn) {
+	if conn := h.PeekBytes(httpx.HConnection); len(conn) > 0 && nominatesFields(conn) {
 		var names [][]byte
 		for item := range bytes.SplitSeq(conn, []byte(",")) {
 			item = bytes.TrimSpace(item)

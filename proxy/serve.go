@@ -15,6 +15,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -85,7 +86,7 @@ var (
 // serve is the public request handler: docs/architecture.md §1 for one node.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	p.serveRequest(ctx, false)
-	ensureDate(&ctx.Response)
+	httpx.EnsureDate(&ctx.Response)
 }
 
 // serveRequest routes, admits and answers a request. fromPeer marks a
@@ -186,9 +187,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	sc.reset()
 	sc.tenant, sc.tid, sc.fromPeer = t, tid, fromPeer
 
-	if v := h.PeekCanonical(hCacheControl); len(v) > 0 {
+	if v := h.PeekCanonical(httpx.HCacheControl); len(v) > 0 {
 		sc.cc.Parse(v)
-	} else if stale.PragmaNoCache(h.PeekCanonical(hPragma)) {
+	} else if stale.PragmaNoCache(h.PeekCanonical(httpx.HPragma)) {
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(ctx.Request.Body()) > 0 {
@@ -505,10 +506,10 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
 	if e.status != fasthttp.StatusOK {
 		return false
 	}
-	if inm := h.PeekCanonical(hIfNoneMatch); len(inm) > 0 {
+	if inm := h.PeekCanonical(httpx.HIfNoneMatch); len(inm) > 0 {
 		return len(e.etag) > 0 && stale.ETagMatch(inm, e.etag)
 	}
-	if ims := h.PeekCanonical(hIfModSince); len(ims) > 0 {
+	if ims := h.PeekCanonical(httpx.HIfModSince); len(ims) > 0 {
 		return len(e.lastModified) > 0 && stale.NotModifiedSince(ims, e.lastModified)
 	}
 	return false
@@ -517,13 +518,13 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
 // writeEntryHeaders sets status and stored headers; for a 304 only the
 // fields RFC 9110 §15.4.5 lists.
 func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
-	// The stored Date first (setting it resets the header, see setDate):
+	// The stored Date first (setting it resets the header, see httpx.SetDate):
 	// a hit carries its origin's Date, not the sending time.
 	it := e.headers()
 	for k, ok := it.next(); ok; k, ok = it.next() {
 		v, _ := it.next()
-		if bytes.Equal(k, hDate) {
-			setDate(&resp.Header, v)
+		if bytes.Equal(k, httpx.HDate) {
+			httpx.SetDate(&resp.Header, v)
 			break
 		}
 	}
@@ -540,7 +541,7 @@ func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
 			break
 		}
 		v, _ := it.next()
-		if (notModified && !notModifiedHeader(k)) || bytes.Equal(k, hDate) {
+		if (notModified && !httpx.NotModifiedHeader(k)) || bytes.Equal(k, httpx.HDate) {
 			continue
 		}
 		resp.Header.AddBytesKV(k, v)
@@ -580,7 +581,7 @@ func (p *Proxy) generated(ctx *fasthttp.RequestCtx, status int, msg string) {
 	resp.Reset()
 	resp.SetStatusCode(status)
 	resp.Header.SetContentType("text/plain; charset=utf-8")
-	resp.Header.SetBytesKV(hVia, viaValue)
+	resp.Header.SetBytesKV(httpx.HVia, httpx.ViaValue)
 	cacheStatus{fwd: "bypass", detail: "generated"}.set(&resp.Header)
 	resp.Header.Set("Cache-Control", "no-store")
 	resp.SetBodyString(msg + "\n")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -53,14 +54,14 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 	} else {
 		req.SetRequestURIBytes(src.Header.RequestURI())
 	}
-	conn := src.Header.PeekBytes(hConnection)
+	conn := src.Header.PeekBytes(httpx.HConnection)
 	var via []byte
 	for k, v := range src.Header.All() {
 		switch {
-		case isHopByHop(k, conn), isForwardedHeader(k), isShieldHeader(k),
-			bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, hContentLength):
+		case httpx.IsHopByHop(k, conn), httpx.IsForwardedHeader(k), isShieldHeader(k),
+			bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, httpx.HContentLength):
 			continue
-		case bytes.EqualFold(k, hVia):
+		case bytes.EqualFold(k, httpx.HVia):
 			via = append(append(via, v...), ", "...)
 			continue
 		case forCache && (isConditional(k) || isRewriteHeader(k) || bytes.EqualFold(k, hRange)):
@@ -69,12 +70,12 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 		req.Header.AddBytesKV(k, v)
 	}
 	req.Header.SetHostBytes(src.Header.Host())
-	req.Header.SetBytesKV(hVia, append(via, viaValue...))
+	req.Header.SetBytesKV(httpx.HVia, append(via, httpx.ViaValue...))
 	switch {
 	case fromPeer && len(src.Header.PeekBytes(hShieldForwarded)) > 0:
 		// The edge set them for its client, trusted or not: kept.
 		for k, v := range src.Header.All() {
-			if isEdgeForwarded(k) {
+			if httpx.IsEdgeForwarded(k) {
 				req.Header.AddBytesKV(k, v)
 			}
 		}
@@ -93,10 +94,10 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 	}
 	if se != nil {
 		if len(se.etag) > 0 {
-			req.Header.SetBytesKV(hIfNoneMatch, se.etag)
+			req.Header.SetBytesKV(httpx.HIfNoneMatch, se.etag)
 		}
 		if len(se.lastModified) > 0 {
-			req.Header.SetBytesKV(hIfModSince, se.lastModified)
+			req.Header.SetBytesKV(httpx.HIfModSince, se.lastModified)
 		}
 	}
 	if !forCache {
@@ -117,20 +118,20 @@ func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool
 	if trusted {
 		for k, v := range src.All() {
 			switch {
-			case bytes.EqualFold(k, hXForwardedFor):
+			case bytes.EqualFold(k, httpx.HXForwardedFor):
 				if len(v) > 0 {
 					xff = append(append(xff, v...), ", "...)
 				}
-			case bytes.EqualFold(k, hXForwardedProt):
+			case bytes.EqualFold(k, httpx.HXForwardedProt):
 				proto = v
-			case bytes.EqualFold(k, hXForwardedHost):
+			case bytes.EqualFold(k, httpx.HXForwardedHost):
 				host = v
-			case bytes.EqualFold(k, hXForwardedPort):
+			case bytes.EqualFold(k, httpx.HXForwardedPort):
 				port = v
 			}
 		}
 	}
-	dst.SetBytesKV(hXForwardedFor, append(xff, ip...))
+	dst.SetBytesKV(httpx.HXForwardedFor, append(xff, ip...))
 	switch {
 	case proto != nil:
 	case tls:
@@ -138,13 +139,13 @@ func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool
 	default:
 		proto = schemeHTTP
 	}
-	dst.SetBytesKV(hXForwardedProt, proto)
+	dst.SetBytesKV(httpx.HXForwardedProt, proto)
 	if host == nil {
 		host = src.Host()
 	}
-	dst.SetBytesKV(hXForwardedHost, host)
+	dst.SetBytesKV(httpx.HXForwardedHost, host)
 	if port != nil {
-		dst.SetBytesKV(hXForwardedPort, port)
+		dst.SetBytesKV(httpx.HXForwardedPort, port)
 	}
 }
 
@@ -198,25 +199,25 @@ func isConditional(k []byte) bool {
 // copyResponseHead copies status and end-to-end headers of an origin
 // response, adds Via and, when the origin sent none, Date.
 func copyResponseHead(out *fasthttp.Response, resp *fasthttp.Response, now time.Time) {
-	// Date first: setting it resets the header (see setDate).
-	if !setDate(&out.Header, resp.Header.PeekBytes(hDate)) {
-		setDate(&out.Header, stale.AppendHTTPDate(nil, now))
+	// Date first: setting it resets the header (see httpx.SetDate).
+	if !httpx.SetDate(&out.Header, resp.Header.PeekBytes(httpx.HDate)) {
+		httpx.SetDate(&out.Header, stale.AppendHTTPDate(nil, now))
 	}
 	out.SetStatusCode(resp.StatusCode())
-	conn := resp.Header.PeekBytes(hConnection)
+	conn := resp.Header.PeekBytes(httpx.HConnection)
 	var via []byte
 	for k, v := range resp.Header.All() {
 		switch {
-		case isHopByHop(k, conn), bytes.EqualFold(k, hContentLength), bytes.EqualFold(k, hCacheStatus),
-			bytes.EqualFold(k, hDate):
+		case httpx.IsHopByHop(k, conn), bytes.EqualFold(k, httpx.HContentLength), bytes.EqualFold(k, httpx.HCacheStatus),
+			bytes.EqualFold(k, httpx.HDate):
 			continue
-		case bytes.EqualFold(k, hVia):
+		case bytes.EqualFold(k, httpx.HVia):
 			via = append(append(via, v...), ", "...)
 			continue
 		}
 		out.Header.AddBytesKV(k, v)
 	}
-	out.Header.SetBytesKV(hVia, append(via, viaValue...))
+	out.Header.SetBytesKV(httpx.HVia, append(via, httpx.ViaValue...))
 }
 
 // passResponse relays an origin response whose body has been read.
@@ -232,31 +233,31 @@ func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, 
 // (RFC 9110 §6.6.1).
 func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []byte) ([]header, [][]byte) {
 	allowSetCookie := rte.policy.AllowSetCookie
-	conn := resp.Header.PeekBytes(hConnection)
+	conn := resp.Header.PeekBytes(httpx.HConnection)
 	var hs []header
 	var via []byte
 	var vary [][]byte
 	hasDate := false
 	for k, v := range resp.Header.All() {
 		switch {
-		case isHopByHop(k, conn), notStored(k) && !bytes.EqualFold(k, hVia):
+		case httpx.IsHopByHop(k, conn), httpx.NotStored(k) && !bytes.EqualFold(k, httpx.HVia):
 			continue
-		case bytes.EqualFold(k, hVia):
+		case bytes.EqualFold(k, httpx.HVia):
 			via = append(append(via, v...), ", "...)
 			continue
-		case bytes.EqualFold(k, hSetCookie) && !allowSetCookie, rte.hidesTag(k), rte.hidesTargeted(k),
+		case bytes.EqualFold(k, httpx.HSetCookie) && !allowSetCookie, rte.hidesTag(k), rte.hidesTargeted(k),
 			len(strip) > 0 && stale.ListHas(strip, k):
 			continue
-		case bytes.EqualFold(k, hVary):
+		case bytes.EqualFold(k, httpx.HVary):
 			vary = appendVaryNames(vary, v)
-		case bytes.EqualFold(k, hDate):
+		case bytes.EqualFold(k, httpx.HDate):
 			hasDate = true
 		}
 		hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
 	}
-	hs = append(hs, header{k: hVia, v: append(via, viaValue...)})
+	hs = append(hs, header{k: httpx.HVia, v: append(via, httpx.ViaValue...)})
 	if !hasDate {
-		hs = append(hs, header{k: hDate, v: stale.AppendHTTPDate(nil, now)})
+		hs = append(hs, header{k: httpx.HDate, v: stale.AppendHTTPDate(nil, now)})
 	}
 	slices.SortFunc(vary, bytes.Compare)
 	vary = slices.CompactFunc(vary, bytes.Equal)
@@ -280,16 +281,16 @@ func appendVaryNames(dst [][]byte, v []byte) [][]byte {
 // Set-Cookie (unless the route allows storing it) is returned apart, in
 // private: it belongs to the requester, never to the stored copy.
 func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time, rte *route) (merged, private []header) {
-	conn := resp.Header.PeekBytes(hConnection)
+	conn := resp.Header.PeekBytes(httpx.HConnection)
 	var fresh []header
 	for k, v := range resp.Header.All() {
-		if isHopByHop(k, conn) || notStored(k) || bytes.EqualFold(k, []byte("Content-Type")) ||
+		if httpx.IsHopByHop(k, conn) || httpx.NotStored(k) || bytes.EqualFold(k, []byte("Content-Type")) ||
 			bytes.EqualFold(k, []byte("Content-Encoding")) || bytes.EqualFold(k, []byte("Content-Range")) ||
 			rte.hidesTag(k) || rte.hidesTargeted(k) {
 			continue
 		}
 		h := header{k: bytes.Clone(k), v: bytes.Clone(v)}
-		if bytes.EqualFold(k, hSetCookie) && !rte.policy.AllowSetCookie {
+		if bytes.EqualFold(k, httpx.HSetCookie) && !rte.policy.AllowSetCookie {
 			private = append(private, h)
 			continue
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy"
+	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -59,7 +60,7 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 	}
 	opts := proxy.ClusterOptionsFor(cfg)
 	if cc.TLS != nil {
-		pt, err := proxy.NewPeerTLS(cc.TLS)
+		pt, err := httpx.NewPeerTLS(cc.TLS)
 		if err != nil {
 			return nil, err
 		}

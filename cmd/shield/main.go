@@ -29,6 +29,7 @@ import (
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 func main() {
@@ -114,9 +115,9 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var certs *proxy.CertReloader
+	var certs *httpx.CertReloader
 	if t := cfg.Server.TLS; t != nil {
-		if certs, err = proxy.NewCertReloader(t.CertFile, t.KeyFile); err != nil {
+		if certs, err = httpx.NewCertReloader(t.CertFile, t.KeyFile); err != nil {
 			return err
 		}
 	}
@@ -139,7 +140,7 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 	if certs != nil {
 		// The certificate is read per handshake from certs, which a
 		// reload replaces: established connections are untouched.
-		tc = proxy.PublicTLS(cfg.Server.TLS, certs)
+		tc = httpx.PublicTLS(cfg.Server.TLS, certs)
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- pub.Serve(ln, tc) }()
@@ -216,12 +217,12 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 // All or nothing: the new certificates are read first but installed only
 // once the configuration has been applied, so a rejected file leaves the
 // old certificates too. running is set to the applied configuration.
-func reloadFile(path string, p *proxy.Proxy, certs *proxy.CertReloader, running *atomic.Pointer[config.Config], logger *slog.Logger) error {
+func reloadFile(path string, p *proxy.Proxy, certs *httpx.CertReloader, running *atomic.Pointer[config.Config], logger *slog.Logger) error {
 	cfg, err := config.Load(path)
 	var cert *tls.Certificate
 	if err == nil && certs != nil {
 		if t := cfg.Server.TLS; t != nil {
-			cert, err = proxy.LoadCertificate(t.CertFile, t.KeyFile)
+			cert, err = httpx.LoadCertificate(t.CertFile, t.KeyFile)
 		}
 	}
 	var installPeerTLS func()

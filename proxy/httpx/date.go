@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"bufio"
@@ -14,7 +14,7 @@ import (
 // §4: Age says how long it was stored), so the servers run with
 // NoDefaultDate and shield writes Date itself. The only way a handler can
 // put a Date field into a fasthttp response header is to parse one, so
-// setDate parses a one-field header block into the response (from pooled
+// SetDate parses a one-field header block into the response (from pooled
 // buffers: no allocation), before any other field is added.
 
 type dateParser struct {
@@ -36,10 +36,10 @@ var (
 	dateBlockTail = []byte("\r\n\r\n")
 )
 
-// setDate resets h and leaves it holding only Date: date. Call it first;
-// it returns false (h reset, no Date) for a value that does not fit a
-// header line.
-func setDate(h *fasthttp.ResponseHeader, date []byte) bool {
+// SetDate resets h and leaves it holding only Date: date. Call it first;
+// it returns false (h untouched: no Date on a fresh header) for a value
+// that does not fit a header line.
+func SetDate(h *fasthttp.ResponseHeader, date []byte) bool {
 	if len(date) == 0 || len(date) > 64 || bytes.ContainsAny(date, "\r\n") {
 		return false
 	}
@@ -55,12 +55,12 @@ func setDate(h *fasthttp.ResponseHeader, date []byte) bool {
 	return err == nil
 }
 
-// ensureDate gives a response that lacks Date fasthttp's sending time:
+// EnsureDate gives a response that lacks Date fasthttp's sending time:
 // it re-creates the header without NoDefaultDate (fields kept). Only
 // answers built without a Date field get here (shield's own answers
 // after a field was set, peer errors); none is a hit.
-func ensureDate(resp *fasthttp.Response) {
-	if len(resp.Header.PeekCanonical(hDate)) > 0 {
+func EnsureDate(resp *fasthttp.Response) {
+	if len(resp.Header.PeekCanonical(HDate)) > 0 {
 		return
 	}
 	var keep fasthttp.ResponseHeader
@@ -70,7 +70,7 @@ func ensureDate(resp *fasthttp.Response) {
 	resp.Header.SetStatusCode(status)
 	resp.Header.SetContentTypeBytes(keep.ContentType())
 	for k, v := range keep.All() {
-		if !bytes.EqualFold(k, hContentLength) && !bytes.EqualFold(k, []byte("Content-Type")) {
+		if !bytes.EqualFold(k, HContentLength) && !bytes.EqualFold(k, []byte("Content-Type")) {
 			resp.Header.AddBytesKV(k, v)
 		}
 	}

@@ -1,15 +1,12 @@
-package proxy
+package httpx
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -101,7 +98,7 @@ func TestInterimWatch(t *testing.T) {
 }
 
 // TestInterimBounds: 300 small 103s give 3 hints and the final answer;
-// one interim head above maxInterimHead, or interim heads above
+// one interim head above MaxInterimHead, or interim heads above
 // maxInterimBytes together, fail the answer (a 502 for the fetch).
 func TestInterimBounds(t *testing.T) {
 	const final = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
@@ -111,12 +108,12 @@ func TestInterimBounds(t *testing.T) {
 	if handed, err := watchAll(&w, strings.Repeat(hint, 300)+final, 1000); err != nil || handed != final || len(got) != 3 {
 		t.Errorf("300 hints: handed %q, %v, %d links; want the final answer and 3", handed, err, len(got))
 	}
-	big := "HTTP/1.1 103 Early Hints\r\nX-Pad: " + strings.Repeat("p", maxInterimHead) + "\r\n\r\n"
+	big := "HTTP/1.1 103 Early Hints\r\nX-Pad: " + strings.Repeat("p", MaxInterimHead) + "\r\n\r\n"
 	w = recorder(3, &got)
 	if _, err := watchAll(&w, big+final, 4096); !errors.Is(err, errInterimTooLarge) {
 		t.Errorf("a %d-byte interim head: %v, want errInterimTooLarge", len(big), err)
 	}
-	if len(w.pend) > maxInterimHead+4096 {
+	if len(w.pend) > MaxInterimHead+4096 {
 		t.Errorf("kept %d bytes of one head", len(w.pend))
 	}
 	padded := "HTTP/1.1 103 Early Hints\r\nX-Pad: " + strings.Repeat("p", 1000) + "\r\n\r\n"
@@ -140,7 +137,7 @@ func TestHintsMark(t *testing.T) {
 	req.Header.SetHost("o")
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.SetProtocol("HTTP/1.1")
-	tok := watchHints(req, &ctx, 3)
+	tok := WatchHints(req, &ctx, 3)
 	wire := req.Header.AppendBytes(nil)
 	out, sink := takeHintsMark(wire, nil)
 	if sink.ctx != &ctx || sink.max != 3 || bytes.Contains(out, []byte("Shield-Hints")) {
@@ -149,7 +146,7 @@ func TestHintsMark(t *testing.T) {
 	if !bytes.HasPrefix(wire, out[:bytes.Index(out, []byte("\r\n"))]) || !bytes.HasSuffix(out, []byte("\r\n\r\n")) || len(out) >= len(wire) {
 		t.Errorf("sent %q from %q", out, wire)
 	}
-	endHints(req, tok)
+	EndHints(req, tok)
 	if _, s := takeHintsMark(wire, nil); s.ctx != nil {
 		t.Error("a sink outlived its fetch")
 	}
@@ -158,10 +155,10 @@ func TestHintsMark(t *testing.T) {
 	}
 	var old fasthttp.RequestCtx
 	old.Request.Header.SetProtocol("HTTP/1.0")
-	if tok := watchHints(req, &old, 3); tok != 0 || len(req.Header.PeekBytes(hShieldHints)) != 0 {
+	if tok := WatchHints(req, &old, 3); tok != 0 || len(req.Header.PeekBytes(hShieldHints)) != 0 {
 		t.Error("an HTTP/1.0 client's fetch was marked")
 	}
-	if tok := watchHints(req, &ctx, 0); tok != 0 || len(req.Header.PeekBytes(hShieldHints)) != 0 {
+	if tok := WatchHints(req, &ctx, 0); tok != 0 || len(req.Header.PeekBytes(hShieldHints)) != 0 {
 		t.Error("max_early_hints 0: the fetch was marked")
 	}
 	// A body that carries the mark's bytes is the client's: untouched.
@@ -175,62 +172,8 @@ func TestHintsMark(t *testing.T) {
 	}
 }
 
-// TestEarlyHintsThroughOwner: a client of the edge gets the origin's 103
-// when the key's owner fetches it (owner → peer connection → edge →
-// client), before the final answer; a hit replays none. Of 300 103s
-// (and a 102) the client gets max_early_hints (3), then the 200.
-func TestEarlyHintsThroughOwner(t *testing.T) {
-	c := newTestCluster(t, clusterSetup{}, "a", "b")
-	c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {
-		n := 1
-		if bytes.HasPrefix(ctx.Path(), []byte("/flood")) {
-			n = 300
-			_, _ = ctx.Conn().Write([]byte("HTTP/1.1 102 Processing\r\n\r\n"))
-		}
-		ctx.Response.Header.Set("Link", "</style.css>; rel=preload")
-		for range n {
-			_ = ctx.EarlyHints()
-		}
-		ctx.Response.Header.Del("Link")
-		ctx.Response.Header.Set("Cache-Control", "public, max-age=3600")
-		ctx.SetBodyString("final")
-	})
-	a, b := c.node("a"), c.node("b")
-	path := pathWhere(t, "hints", func(p string) bool { return a.owner(t, p) == "b" })
-	raw := func(path string) string {
-		conn, err := a.pubLn.Dial()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", path, testHost)
-		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, err := io.ReadAll(bufio.NewReader(conn))
-		if err != nil {
-			t.Fatalf("read: %v (%q)", err, b)
-		}
-		return string(b)
-	}
-	first := raw(path)
-	if !strings.HasPrefix(first, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n") {
-		t.Errorf("miss via a, owner b: %q, want the 103 with its Link, then the 200", first)
-	}
-	if !b.has(t, path, kindResponse) {
-		t.Errorf("%s not stored on its owner", path)
-	}
-	if again := raw(path); !strings.HasPrefix(again, "HTTP/1.1 200 OK\r\n") || !strings.Contains(again, "hit") {
-		t.Errorf("hit via a: %q, want a 200 hit with no interim answer", again)
-	}
-	flood := pathWhere(t, "flood", func(p string) bool { return a.owner(t, p) == "b" })
-	got := raw(flood)
-	hint := "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
-	if !strings.HasPrefix(got, strings.Repeat(hint, 3)+"HTTP/1.1 200 OK\r\n") || !strings.HasSuffix(got, "final") {
-		t.Errorf("300 hints via a, owner b: %.600q, want 3 hints, then the 200 with its body", got)
-	}
-}
-
 // FuzzInterimWatch: whatever an origin sends, split however, watching
-// never panics and keeps at most maxInterimHead plus one read; what it
+// never panics and keeps at most MaxInterimHead plus one read; what it
 // hands on is the stream minus the interim heads it consumed, which are
 // 1xx heads; at most max links lists reach the sink, each from a 103 head.
 func FuzzInterimWatch(f *testing.F) {
@@ -261,12 +204,12 @@ func FuzzInterimWatch(f *testing.F) {
 			}
 			out, fin, err := w.take(bytes.Clone(p))
 			if err != nil {
-				if w.total+len(w.pend) <= maxInterimBytes && len(w.pend) <= maxInterimHead {
+				if w.total+len(w.pend) <= maxInterimBytes && len(w.pend) <= MaxInterimHead {
 					t.Fatalf("error %v within the bounds (%d consumed, %d pending)", err, w.total, len(w.pend))
 				}
 				return
 			}
-			if len(w.pend) > maxInterimHead+n {
+			if len(w.pend) > MaxInterimHead+n {
 				t.Fatalf("kept %d bytes", len(w.pend))
 			}
 			if fin {
@@ -318,7 +261,7 @@ func TestTrackedConnInterim(t *testing.T) {
 			}
 			server.Close()
 		}()
-		tc := newTrackedConn(client)
+		tc := NewTrackedConn(client)
 		if _, err := tc.Write([]byte("GET / HTTP/1.1\r\nHost: o\r\n\r\n")); err != nil {
 			return "", err
 		}

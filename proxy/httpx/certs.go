@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"crypto/tls"
@@ -133,12 +133,12 @@ func (pt *PeerTLS) Prepare(t *config.PeerTLS) (install func(), err error) {
 // Client is the configuration of connections to peers now.
 func (pt *PeerTLS) Client() *tls.Config { return pt.client.Load() }
 
-// tlsDialer dials addr and completes a TLS handshake within timeout (or
+// TLSDialer dials addr and completes a TLS handshake within timeout (or
 // the request's remaining time, if shorter), with the configuration conf
 // returns at that dial (a reloadable one; ServerName from addr when it
 // has none). fasthttp sees a plain connection, so requests need no
 // https:// scheme.
-func tlsDialer(addr string, conf func() *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
+func TLSDialer(addr string, conf func() *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
 	return func(_ string, remaining time.Duration) (net.Conn, error) {
 		d := timeout
 		if remaining > 0 && remaining < d {
@@ -149,7 +149,7 @@ func tlsDialer(addr string, conf func() *tls.Config, timeout time.Duration) fast
 		if err != nil {
 			return nil, err
 		}
-		tconn, err := handshake(c, withServerName(conf(), addr), start.Add(d))
+		tconn, err := Handshake(c, withServerName(conf(), addr), start.Add(d))
 		if err != nil {
 			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 		}
@@ -167,9 +167,9 @@ func withServerName(tc *tls.Config, addr string) *tls.Config {
 	return tc
 }
 
-// handshake runs the client side of a TLS handshake on c, done by
+// Handshake runs the client side of a TLS handshake on c, done by
 // deadline; on failure c is closed. Peer and origin dialers share it.
-func handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error) {
+func Handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error) {
 	tconn := tls.Client(c, tc)
 	_ = c.SetDeadline(deadline)
 	if err := tconn.Handshake(); err != nil {
@@ -178,27 +178,4 @@ func handshake(c net.Conn, tc *tls.Config, deadline time.Time) (*tls.Conn, error
 	}
 	_ = c.SetDeadline(time.Time{})
 	return tconn, nil
-}
-
-// PreparePeerTLS reads a reload's cluster.tls for a node whose peers
-// already talk TLS (turning it on or off needs a restart, as server.tls
-// does). install makes the new certificate and CA pool those of new
-// handshakes, both ways, and closes the idle connections to peers, so
-// the next requests dial with them instead of reusing sessions made with
-// the old ones.
-func (p *Proxy) PreparePeerTLS(t *config.PeerTLS) (install func(), err error) {
-	c := p.cluster.Load()
-	if c == nil || c.opts.TLS == nil || t == nil {
-		return nil, nil
-	}
-	in, err := c.opts.TLS.Prepare(t)
-	if err != nil {
-		return nil, err
-	}
-	return func() {
-		in()
-		for _, pc := range c.peers.Load().byID {
-			pc.hc.CloseIdleConnections()
-		}
-	}, nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 //   - until an answer's final status line, the wrapper reads its 1xx heads
 //     and hands fasthttp only the final answer: any number of interim
 //     heads, 100, 102, 103, 104 alike, can never break it. Their bytes
-//     are bounded (maxInterimHead each, maxInterimBytes together): an
+//     are bounded (MaxInterimHead each, maxInterimBytes together): an
 //     origin that streams interim heads past that fails the fetch (502),
 //     as a garbled answer does.
 //   - a fetch made for a client that can take interim answers (HTTP/1.1)
@@ -46,7 +46,7 @@ var (
 // Bounds on the interim heads before one final answer. A 103 with a few
 // Link fields is a few hundred bytes: 300 of them pass; megabytes do not.
 const (
-	maxInterimHead  = 64 << 10 // one head (the default max_response_header_size)
+	MaxInterimHead  = 64 << 10 // one head (the default max_response_header_size)
 	maxInterimBytes = 1 << 20  // all of them
 )
 
@@ -72,18 +72,18 @@ var hintSinks = struct {
 func sendHints(ctx *fasthttp.RequestCtx, links [][]byte) {
 	h := &ctx.Response.Header
 	for _, l := range links {
-		h.AddBytesKV(hLink, l)
+		h.AddBytesKV(HLink, l)
 	}
 	_ = ctx.EarlyHints()
-	h.DelBytes(hLink)
+	h.DelBytes(HLink)
 }
 
-// watchHints marks req, fetched for ctx, so that its connection sends
+// WatchHints marks req, fetched for ctx, so that its connection sends
 // the first max 103 heads of its answer on to ctx's client; pass the
-// token to endHints once the answer's head has been read. ctx nil, max
+// token to EndHints once the answer's head has been read. ctx nil, max
 // 0, or a client that cannot take interim answers (HTTP/1.0), marks
 // nothing.
-func watchHints(req *fasthttp.Request, ctx *fasthttp.RequestCtx, max int) (token uint64) {
+func WatchHints(req *fasthttp.Request, ctx *fasthttp.RequestCtx, max int) (token uint64) {
 	if ctx == nil || max <= 0 || !ctx.Request.Header.IsHTTP11() {
 		return 0
 	}
@@ -97,8 +97,8 @@ func watchHints(req *fasthttp.Request, ctx *fasthttp.RequestCtx, max int) (token
 	return token
 }
 
-// endHints ends what watchHints began.
-func endHints(req *fasthttp.Request, token uint64) {
+// EndHints ends what WatchHints began.
+func EndHints(req *fasthttp.Request, token uint64) {
 	if token == 0 {
 		return
 	}
@@ -199,14 +199,14 @@ func (w *interimWatch) take(p []byte) (out []byte, final bool, err error) {
 		}
 		end := headEnd(rest, w.scan)
 		if end < 0 {
-			if len(rest) > maxInterimHead || w.total+len(rest) > maxInterimBytes {
+			if len(rest) > MaxInterimHead || w.total+len(rest) > maxInterimBytes {
 				return nil, false, errInterimTooLarge
 			}
 			w.scan = max(0, len(rest)-2)
 			w.pend = append(w.pend[:0], rest...)
 			return nil, false, nil
 		}
-		if end > maxInterimHead || w.total+end > maxInterimBytes {
+		if end > MaxInterimHead || w.total+end > maxInterimBytes {
 			return nil, false, errInterimTooLarge
 		}
 		w.total += end
@@ -274,7 +274,7 @@ func linkFields(block []byte) [][]byte {
 		var line []byte
 		line, rest, _ = bytes.Cut(rest, crlf)
 		name, value, ok := bytes.Cut(line, []byte(":"))
-		if ok && bytes.EqualFold(bytes.TrimSpace(name), hLink) {
+		if ok && bytes.EqualFold(bytes.TrimSpace(name), HLink) {
 			if v := bytes.TrimSpace(value); len(v) > 0 {
 				links = append(links, bytes.Clone(v))
 			}

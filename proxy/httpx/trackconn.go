@@ -1,4 +1,4 @@
-package proxy
+package httpx
 
 import (
 	"net"
@@ -37,7 +37,10 @@ type trackedAddr struct {
 	c *trackedConn
 }
 
-func newTrackedConn(c net.Conn) *trackedConn {
+// NewTrackedConn wraps c, a new connection to an origin or a peer, so
+// that ReusedConn can tell its requests apart and the interim heads of
+// its answers are watched (earlyhints.go).
+func NewTrackedConn(c net.Conn) net.Conn {
 	t := &trackedConn{Conn: c}
 	t.addr = trackedAddr{Addr: c.LocalAddr(), c: t}
 	t.read.Store(true)
@@ -112,12 +115,12 @@ func (t *trackedConn) Read(b []byte) (int, error) {
 
 func (t *trackedConn) LocalAddr() net.Addr { return &t.addr }
 
-// reusedConn reports whether resp's last request went out on a
+// ReusedConn reports whether resp's last request went out on a
 // connection that had carried an earlier request, and got no byte of an
 // answer on it: an origin that answered (interim heads past their bounds,
 // say: fasthttp reports any error before the final answer's first byte
 // as a closed connection) did not close it while idle.
-func reusedConn(resp *fasthttp.Response) bool {
+func ReusedConn(resp *fasthttp.Response) bool {
 	a, ok := resp.LocalAddr().(*trackedAddr)
 	return ok && a.c.requests.Load() > 1 && !a.c.answered.Load()
 }
