@@ -154,6 +154,9 @@ func TestClusterPurgeHungPeer(t *testing.T) {
 		v, ok := ce.scrape(n3).value("shield_purge_sync_pending")
 		return ok && v == 0
 	})
+	if v, _ := ce.scrape(n3).value("shield_process_stalls_total"); v < 1 {
+		t.Errorf("%s: shield_process_stalls_total = %v after its stop, want ≥ 1", n3.id(), v)
+	}
 	for _, key := range held[hungKeysHeld:] {
 		r, err := ce.get(n3, key)
 		if err != nil || r.status != http.StatusOK {

@@ -108,6 +108,7 @@ type globalMetrics struct {
 	purges           *metrics.Counter
 	reloads          *metrics.Counter
 	adminCrossSite   *metrics.Counter // admin requests refused as cross-site
+	stalls           *metrics.Counter // watchdog gaps that closed the cache (purgesync.go)
 	reloadFails      *metrics.Counter
 }
 
@@ -133,6 +134,7 @@ func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
 		purges:           s.NewCounter(`shield_purges_total`),
 		reloads:          s.NewCounter(`shield_config_reloads_total`),
 		adminCrossSite:   s.NewCounter(`shield_admin_cross_site_refused_total`),
+		stalls:           s.NewCounter(`shield_process_stalls_total`),
 		reloadFails:      s.NewCounter(`shield_config_reload_failures_total`),
 	}
 	s.NewGauge(`shield_coalesced_waiters`, func() float64 { return float64(g.waiting.Load()) })

@@ -220,6 +220,7 @@ func (p *Proxy) stallWatch(c *cluster) {
 		now := time.Now()
 		if gap := now.Sub(last); gap > stallLease {
 			c.sync.stalled(now)
+			p.g.stalls.Inc()
 			p.logger.Warn("process did not run: not serving from the cache until every peer's purge log is synced again",
 				"gap", gap.Round(time.Millisecond).String())
 		}
