@@ -29,7 +29,12 @@ import (
 
 // sanitize applies the rules above; msg is non-empty when the request
 // must be refused. It does not allocate for ordinary requests.
-func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
+func sanitize(ctx *fasthttp.RequestCtx) (msg string) { return sanitizeHost(ctx, false) }
+
+// sanitizeHost is sanitize for a request whose Host the caller has
+// already read: plainHost true says it is its own canonical form
+// (plainValidHost), so it is not read again.
+func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string) {
 	h := &ctx.Request.Header
 	// One pass checks every name and finds the first Connection field,
 	// the value PeekBytes(hConnection) would return for a non-empty one
@@ -57,8 +62,10 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 			h.DelBytes(n)
 		}
 	}
-	if host := h.Host(); !cachekey.PlainHost(host) {
-		canonicalizeHost(ctx, host)
+	if !plainHost {
+		if host := h.Host(); !cachekey.PlainHost(host) {
+			canonicalizeHost(ctx, host)
+		}
 	}
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
 		return "path with dot segments or backslashes"

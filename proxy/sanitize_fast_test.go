@@ -170,6 +170,23 @@ func FuzzPlainHost(f *testing.F) {
 	})
 }
 
+// FuzzPlainValidHost: a host plainValidHost accepts is one validHost
+// accepts and cachekey.PlainHost calls canonical, so serveRequest may
+// skip both for it.
+func FuzzPlainValidHost(f *testing.F) {
+	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "a_b-c.d", "a/b", "a b", "a@b", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !plainValidHost([]byte(host)) {
+			return
+		}
+		if !validHost([]byte(host)) || !cachekey.PlainHost([]byte(host)) {
+			t.Fatalf("plainValidHost(%q) accepted; validHost %v, PlainHost %v", host, validHost([]byte(host)), cachekey.PlainHost([]byte(host)))
+		}
+	})
+}
+
 // BenchmarkSanitize is sanitize on BenchmarkHit's request (the fast
 // paths); BenchmarkSanitizeReference is the previous sanitize on it.
 func BenchmarkSanitize(b *testing.B)          { benchmarkSanitize(b, sanitize) }

@@ -105,13 +105,14 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	// Host must be host[:port]: anything else (userinfo, paths) is read
 	// differently by routing and by the HTTP client, which could send
 	// the request to a host no route allows.
-	if !validHost(h.Host()) {
+	plain := plainValidHost(h.Host())
+	if !plain && !validHost(h.Host()) {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, "invalid Host")
 		return
 	}
 	// From here on the request is the one the origin will see (sanitize.go).
-	if msg := sanitize(ctx); msg != "" {
+	if msg := sanitizeHost(ctx, plain); msg != "" {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, msg)
 		return
