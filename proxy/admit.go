@@ -93,6 +93,32 @@ func validHost(h []byte) bool {
 	return true
 }
 
+// plainValidHost is validHost and cachekey.PlainHost in one pass over
+// the bytes, for the Host of nearly every request: only lower-case
+// letters, digits, '-', '.' and '_', and no trailing dot. Such a host is
+// a valid reg-name and its own canonical form, so the request side reads
+// it once instead of twice (validHost here, PlainHost in sanitize). A
+// false answer decides nothing: validHost and sanitize read it then.
+// FuzzPlainValidHost checks it never accepts what either refuses.
+func plainValidHost(h []byte) bool {
+	var bad byte
+	for _, c := range h {
+		bad |= hostNotPlain[c]
+	}
+	return bad == 0 && (len(h) == 0 || h[len(h)-1] != '.')
+}
+
+// hostNotPlain marks every byte plainValidHost refuses.
+var hostNotPlain = func() (t [256]byte) {
+	for i := range t {
+		c := byte(i)
+		if !(c == '-' || c == '.' || c == '_' || ('0' <= c && c <= '9') || ('a' <= c && c <= 'z')) {
+			t[i] = 1
+		}
+	}
+	return t
+}()
+
 func digitsOnly(b []byte) bool {
 	if len(b) > 5 {
 		return false

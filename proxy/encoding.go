@@ -38,6 +38,12 @@ func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) uint8 {
 		return 0
 	}
 	ae := h.PeekCanonical(hAcceptEncoding)
+	if pick := r.pickPlain(ae); pick != nil {
+		if !bytes.Equal(ae, pick) {
+			h.SetCanonical(hAcceptEncoding, pick)
+		}
+		return 0
+	}
 	for _, c := range r.codings {
 		if accepts(ae, c) {
 			if !bytes.Equal(ae, c) {
@@ -50,6 +56,37 @@ func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) uint8 {
 		h.SetCanonical(hAcceptEncoding, codingIdentity)
 	}
 	return 0
+}
+
+// pickPlain is the pick for a plain list ("gzip, deflate, br": no
+// parameters, no "*"), where a coding is accepted exactly when it is
+// named: one pass over the list instead of one per route coding. It
+// returns nil when ae is not plain or names none of the route's codings;
+// the general loop decides then. FuzzPickPlain checks it against accepts.
+func (r *route) pickPlain(ae []byte) []byte {
+	if len(ae) == 0 || bytes.IndexByte(ae, ';') >= 0 || bytes.IndexByte(ae, '*') >= 0 {
+		return nil
+	}
+	best := len(r.codings)
+	for len(ae) > 0 {
+		var name []byte
+		if i := bytes.IndexByte(ae, ','); i >= 0 {
+			name, ae = ae[:i], ae[i+1:]
+		} else {
+			name, ae = ae, nil
+		}
+		name = bytes.TrimSpace(name)
+		for i, c := range r.codings[:best] {
+			if bytes.EqualFold(name, c) {
+				best = i
+				break
+			}
+		}
+	}
+	if best == len(r.codings) {
+		return nil
+	}
+	return r.codings[best]
 }
 
 // accepts reports whether the Accept-Encoding value ae accepts coding:

@@ -9,7 +9,7 @@ import (
 // age is the entry's current age at now (RFC 9111 §4.2.3), from the age
 // it had when stored and the time it was stored.
 func (e *entry) age(now time.Time) time.Duration {
-	return stale.CurrentAge(time.Duration(e.initialAge), time.Unix(0, e.storedAt), now)
+	return stale.CurrentAgeUnixNano(time.Duration(e.initialAge), e.storedAt, now.UnixNano())
 }
 
 // classify says whether the entry, at age, is fresh, servable stale

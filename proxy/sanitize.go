@@ -30,6 +30,32 @@ import (
 // sanitize applies the rules above; msg is non-empty when the request
 // must be refused. It does not allocate for ordinary requests.
 func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
+	msg, _ = sanitizeHost(ctx, false)
+	return msg
+}
+
+// reqFields marks request fields a hit reads, as sanitize's pass over
+// the names saw them. A clear bit means the field is absent, so its
+// PeekCanonical — a scan of every field — is skipped; a set bit decides
+// nothing (the field may since have been removed).
+type reqFields uint8
+
+const (
+	fieldCacheControl reqFields = 1 << iota
+	fieldPragma
+	fieldIfNoneMatch
+	fieldIfModSince
+	fieldRange
+
+	fieldsConditional = fieldIfNoneMatch | fieldIfModSince
+)
+
+// sanitizeHost is sanitize for a request whose Host the caller has
+// already read: plainHost true says it is its own canonical form
+// (plainValidHost), so it is not read again. It also says which of the
+// fields reqFields tracks the request has (names compared as stored,
+// as PeekCanonical compares them).
+func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present reqFields) {
 	h := &ctx.Request.Header
 	// One pass checks every name and finds the first Connection field,
 	// the value PeekBytes(httpx.HConnection) would return for a non-empty one
@@ -39,10 +65,32 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 	seenConn := false
 	for k, v := range h.All() {
 		if !isTokenBytes(k) {
-			return "invalid header field name"
+			return "invalid header field name", 0
 		}
-		if !seenConn && string(k) == "Connection" {
-			conn, seenConn = v, true
+		switch len(k) {
+		case len("Connection"):
+			if !seenConn && string(k) == "Connection" {
+				conn, seenConn = v, true
+			}
+		case len("Range"):
+			if string(k) == "Range" {
+				present |= fieldRange
+			}
+		case len("Pragma"):
+			if string(k) == "Pragma" {
+				present |= fieldPragma
+			}
+		case len("Cache-Control"): // and If-None-Match
+			switch string(k) {
+			case "Cache-Control":
+				present |= fieldCacheControl
+			case "If-None-Match":
+				present |= fieldIfNoneMatch
+			}
+		case len("If-Modified-Since"):
+			if string(k) == "If-Modified-Since" {
+				present |= fieldIfModSince
+			}
 		}
 	}
 	if len(conn) > 0 && nominatesFields(conn) {
@@ -57,13 +105,15 @@ func sanitize(ctx *fasthttp.RequestCtx) (msg string) {
 			h.DelBytes(n)
 		}
 	}
-	if host := h.Host(); !cachekey.PlainHost(host) {
-		canonicalizeHost(ctx, host)
+	if !plainHost {
+		if host := h.Host(); !cachekey.PlainHost(host) {
+			canonicalizeHost(ctx, host)
+		}
 	}
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
-		return "path with dot segments or backslashes"
+		return "path with dot segments or backslashes", 0
 	}
-	return ""
+	return "", present
 }
 
 // canonicalizeHost rewrites Host to its canonical form when that

@@ -71,7 +71,22 @@ func sanitizeBoth(t *testing.T, raw string, disableNormalizing bool) (got, want 
 		return nil, nil, "", "", false
 	}
 	want = parse()
-	return got, want, sanitize(got), sanitizeReference(want), true
+	// As serveRequest calls it: the one-pass host check first.
+	gotMsg, present := sanitizeHost(got, plainValidHost(got.Request.Header.Host()))
+	wantMsg = sanitizeReference(want)
+	if gotMsg == "" {
+		// A tracked field the request still has is marked present: a
+		// hit only skips looking up fields that are absent.
+		for _, f := range []struct {
+			bit  reqFields
+			name []byte
+		}{{fieldCacheControl, httpx.HCacheControl}, {fieldPragma, httpx.HPragma}, {fieldIfNoneMatch, httpx.HIfNoneMatch}, {fieldIfModSince, httpx.HIfModSince}, {fieldRange, hRange}} {
+			if len(got.Request.Header.PeekCanonical(f.name)) > 0 && present&f.bit == 0 {
+				t.Fatalf("%q: %s is in the request, sanitize did not mark it", raw, f.name)
+			}
+		}
+	}
+	return got, want, gotMsg, wantMsg, true
 }
 
 // TestSanitizeFastPathsAgree: on requests that take each fast path and
@@ -110,6 +125,9 @@ var sanitizeSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: example.com\r\nconnection: keep-alive, X-A\r\nX-A: 1\r\nCookie: a=b\r\nCookie: c=d\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: example.com\r\nX\x01Y: 1\r\nConnection: X-A\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: example.com\r\nContent Length: 5\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: example.com\r\nCache-Control: no-cache\r\nPragma: no-cache\r\nRange: bytes=0-1\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: example.com\r\nif-none-match: \"a\"\r\nIF-MODIFIED-SINCE: Tue, 15 Nov 1994 12:45:26 GMT\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: example.com\r\nConnection: Range\r\nRange: bytes=0-1\r\ncache-control: max-age=0\r\n\r\n",
 }
 
 // sanitizeAgree is the check of TestSanitizeFastPathsAgree, with header
@@ -167,6 +185,23 @@ func FuzzPlainHost(f *testing.F) {
 			if canon := cachekey.AppendHost(nil, scheme, []byte(host)); string(canon) != host {
 				t.Fatalf("PlainHost(%q) accepted; canonical form (%s) is %q", host, scheme, canon)
 			}
+		}
+	})
+}
+
+// FuzzPlainValidHost: a host plainValidHost accepts is one validHost
+// accepts and cachekey.PlainHost calls canonical, so serveRequest may
+// skip both for it.
+func FuzzPlainValidHost(f *testing.F) {
+	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "a_b-c.d", "a/b", "a b", "a@b", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !plainValidHost([]byte(host)) {
+			return
+		}
+		if !validHost([]byte(host)) || !cachekey.PlainHost([]byte(host)) {
+			t.Fatalf("plainValidHost(%q) accepted; validHost %v, PlainHost %v", host, validHost([]byte(host)), cachekey.PlainHost([]byte(host)))
 		}
 	})
 }

@@ -48,8 +48,11 @@ type scratch struct {
 	head   []byte
 	rd     bytes.Reader
 	br     *bufio.Reader
-	coding uint8  // negotiated coding on a compress route (0: identity; compress.go)
-	ckey   []byte // the coding's sibling key (compress.go)
+	coding uint8 // negotiated coding on a compress route (0: identity; compress.go)
+	// present: the request fields sanitize saw (reqFields); a hit skips
+	// looking up the ones that are absent.
+	present reqFields
+	ckey    []byte // the coding's sibling key (compress.go)
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -60,7 +63,15 @@ func (sc *scratch) reset() {
 	sc.cc.Reset()
 	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
-	sc.coding = 0
+	sc.coding, sc.present = 0, 0
+}
+
+// peek is h.PeekCanonical(name), skipped when sanitize saw no such field.
+func (sc *scratch) peek(h *fasthttp.RequestHeader, f reqFields, name []byte) []byte {
+	if sc.present&f == 0 {
+		return nil
+	}
+	return h.PeekCanonical(name)
 }
 
 // urlDigest identifies the request's URL for invalidation: every key
@@ -106,13 +117,15 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	// Host must be host[:port]: anything else (userinfo, paths) is read
 	// differently by routing and by the HTTP client, which could send
 	// the request to a host no route allows.
-	if !validHost(h.Host()) {
+	plain := plainValidHost(h.Host())
+	if !plain && !validHost(h.Host()) {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, "invalid Host")
 		return
 	}
 	// From here on the request is the one the origin will see (sanitize.go).
-	if msg := sanitize(ctx); msg != "" {
+	msg, present := sanitizeHost(ctx, plain)
+	if msg != "" {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, msg)
 		return
@@ -147,7 +160,7 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 			defer t.Done()
 		}
 	}
-	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer)
+	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer, present)
 	rte.m.requests[res].Inc()
 	rte.m.duration.UpdateDuration(ctx.Time())
 	if rt.accessEvery > 0 && p.requests.Add(1)%rt.accessEvery == 0 {
@@ -177,7 +190,7 @@ func (p *Proxy) accessLog(ctx *fasthttp.RequestCtx, rte *route, t *admission.Ten
 }
 
 // serveRoute answers a routed, admitted request and says how.
-func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool) result {
+func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool, present reqFields) result {
 	h := &ctx.Request.Header
 	if !h.IsGet() && !h.IsHead() {
 		return p.passUnsafe(ctx, rt, rte, t, tid, fromPeer)
@@ -185,11 +198,11 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
 	sc.reset()
-	sc.tenant, sc.tid, sc.fromPeer = t, tid, fromPeer
+	sc.tenant, sc.tid, sc.fromPeer, sc.present = t, tid, fromPeer, present
 
-	if v := h.PeekCanonical(httpx.HCacheControl); len(v) > 0 {
+	if v := sc.peek(h, fieldCacheControl, httpx.HCacheControl); len(v) > 0 {
 		sc.cc.Parse(v)
-	} else if stale.PragmaNoCache(h.PeekCanonical(httpx.HPragma)) {
+	} else if stale.PragmaNoCache(sc.peek(h, fieldPragma, httpx.HPragma)) {
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(ctx.Request.Body()) > 0 {
@@ -432,7 +445,7 @@ var (
 // §13.1): If-None-Match wins over If-Modified-Since.
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
-	notModified := p.notModified(&ctx.Request.Header, e)
+	notModified := sc.present&fieldsConditional != 0 && p.notModified(&ctx.Request.Header, e)
 	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.lifetime)-age)/time.Second)
 	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
 		writeEntryHeaders(resp, e, notModified)
@@ -444,7 +457,7 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 		resp.SwapBody(b[:0])
 		return
 	}
-	if wantsRange(&ctx.Request.Header, e) {
+	if sc.present&fieldRange != 0 && wantsRange(&ctx.Request.Header, e) {
 		var part, multi []byte
 		var whole bool
 		part, multi, whole, sc.tmp, sc.ranges = rangeAnswer(resp, &ctx.Request.Header, e, b[:len(e.body)], sc.tmp, sc.ranges)

@@ -1,6 +1,7 @@
 package stale
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -102,4 +103,20 @@ func TestAppendAge(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzCurrentAgeUnixNano: the Unix-nanosecond form agrees with
+// CurrentAge on the same instants, overflowing differences included.
+func FuzzCurrentAgeUnixNano(f *testing.F) {
+	f.Add(int64(time.Second), int64(1_700_000_000_000_000_000), int64(1_700_000_060_000_000_000))
+	f.Add(int64(0), int64(1_700_000_060_000_000_000), int64(1_700_000_000_000_000_000))
+	f.Add(int64(-5), int64(math.MinInt64), int64(math.MaxInt64))
+	f.Add(int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MinInt64))
+	f.Add(int64(3), int64(0), int64(-1))
+	f.Fuzz(func(t *testing.T, initial, resp, now int64) {
+		want := CurrentAge(time.Duration(initial), time.Unix(0, resp), time.Unix(0, now))
+		if got := CurrentAgeUnixNano(time.Duration(initial), resp, now); got != want {
+			t.Fatalf("CurrentAgeUnixNano(%d, %d, %d) = %v, CurrentAge says %v", initial, resp, now, got, want)
+		}
+	})
 }
