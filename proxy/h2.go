@@ -321,11 +321,13 @@ type h2Request struct {
 	conn h2Conn
 	tls  h2TLSConn
 	buf  [8 << 10]byte // request body reads
+	vbuf []byte        // response field values, gathered (writeH2Response)
 }
 
 var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
 
 func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	growStack()
 	q := h2Requests.Get().(*h2Request)
 	ctx := &q.ctx
 	q.conn = h2Conn{w: w, remote: remoteAddr(r), local: localAddr(r), buf: q.conn.buf[:0]}
@@ -340,7 +342,10 @@ func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hh.h(ctx)
 	}
 	q.conn.finish()
-	writeH2Response(w, ctx)
+	q.vbuf = writeH2Response(w, ctx, q.vbuf)
+	if cap(q.vbuf) > 64<<10 {
+		q.vbuf = nil // one huge answer does not stay in the pool
+	}
 	_ = ctx.Response.CloseBodyStream()
 	ctx.Request.Reset()
 	ctx.Response.Reset()
@@ -403,17 +408,35 @@ var h2Skip = [][]byte{
 	[]byte("Transfer-Encoding"), []byte("Upgrade"), []byte("Content-Length"),
 }
 
-// writeH2Response writes ctx's answer to w.
-func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
+// h2BufferedBody is the body net/http's HTTP/2 server buffers whole
+// (its handler write buffer, 4 KiB): when the handler returns with the
+// body in that buffer, the server sends the Content-Length itself, from
+// the buffer, so writeH2Response sets none — a string and a []string less
+// per answer, and no Content-Length parsed back. Larger bodies are sent in
+// chunks before the handler returns, so they get theirs from here.
+const h2BufferedBody = 4 << 10
+
+// writeH2Response writes ctx's answer to w. The header map is filled by
+// direct assignment with canonical keys; all values share one string and
+// one backing array (two allocations, whatever the number of fields),
+// because net/http encodes the fields after the handler has returned,
+// when nothing pooled may be referenced any more.
+func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byte) []byte {
 	resp := &ctx.Response
 	hdr := w.Header()
 	clear(hdr) // a 103's Link fields
 	n := 0
-	for range resp.Header.All() {
+	vbuf = vbuf[:0]
+	for k, v := range resp.Header.All() {
+		if skipH2Field(k) {
+			continue
+		}
 		n++
+		vbuf = append(vbuf, v...)
 	}
-	// One backing array for the values; common names need no string.
-	vals := make([]string, 0, n)
+	all := string(vbuf)
+	vals := make([]string, n)
+	i, off := 0, 0
 	for k, v := range resp.Header.All() {
 		if skipH2Field(k) {
 			continue
@@ -422,13 +445,14 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 		if !ok {
 			key = http.CanonicalHeaderKey(string(k))
 		}
-		vals = append(vals, string(v))
-		i := len(vals) - 1
+		vals[i] = all[off : off+len(v)]
+		off += len(v)
 		if prev, ok := hdr[key]; ok {
 			hdr[key] = append(prev, vals[i])
 		} else {
 			hdr[key] = vals[i : i+1 : i+1]
 		}
+		i++
 	}
 	// Like the HTTP/1.1 listener: no Content-Type guessed. A stored
 	// answer keeps its Date; one without gets the sending time, as
@@ -447,10 +471,10 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 		if !head && !noBody {
 			_, _ = io.Copy(w, resp.BodyStream())
 		}
-		return
+		return vbuf
 	}
 	body := resp.Body()
-	if !noBody {
+	if !noBody && (head || len(body) > h2BufferedBody) {
 		cl := len(body)
 		if head && cl == 0 && resp.Header.ContentLength() >= 0 {
 			cl = resp.Header.ContentLength()
@@ -461,6 +485,7 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 	if !head && !noBody && len(body) > 0 {
 		_, _ = w.Write(body)
 	}
+	return vbuf
 }
 
 // h2Names are the canonical names of fields shield's answers carry
@@ -589,3 +614,25 @@ func localAddr(r *http.Request) net.Addr {
 	}
 	return &net.TCPAddr{}
 }
+
+// h2StackFrame is the stack growStack makes room for: what serving a
+// hit takes (fastcache, fasthttp's header parsing), measured under h2load.
+const h2StackFrame = 12 << 10
+
+// growStack grows the calling goroutine's stack to what the handler will
+// need, while the stack is still shallow. net/http runs each HTTP/2
+// request on a new goroutine, which starts with a small stack; left to
+// grow on its own, it is copied two or three times deep in the hit path
+// (fastcache.Get, fasthttp's header code), each copy walking every frame
+// — about a seventh of an HTTP/2 hit's CPU. Grown here, it is copied once,
+// over a handful of frames, and 16 KiB stacks come from the runtime's
+// per-P cache.
+//
+//go:noinline
+func growStack() {
+	var b [h2StackFrame]byte
+	keepStack(b[:])
+}
+
+//go:noinline
+func keepStack([]byte) {}
