@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -235,6 +236,9 @@ func (m *connMux) sort(c net.Conn) {
 		// which answers a partial HTTP/1 request as it always has.
 		h2 = isH2
 		out = &replayConn{Conn: c, pending: seen}
+		if h2 {
+			out = &bufferedConn{Conn: c, r: bufio.NewReaderSize(out, h2ReadBuffer)}
+		}
 	}
 	_ = c.SetDeadline(time.Time{})
 	dst := m.h1
@@ -284,6 +288,21 @@ func (r *replayConn) Read(b []byte) (int, error) {
 	}
 	return r.Conn.Read(b)
 }
+
+// h2ReadBuffer is the read buffer of a cleartext HTTP/2 connection.
+const h2ReadBuffer = 4 << 10
+
+// bufferedConn reads c through a buffer. net/http's HTTP/2 server reads
+// its connection unbuffered, a frame header then its payload: two read
+// calls per frame, so two system calls per request on a cleartext
+// connection (over TLS, crypto/tls buffers). Through this buffer one read
+// takes every frame the client has sent, e.g. a hundred requests' HEADERS.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // muxListener is one side of a connMux.
 type muxListener struct {
