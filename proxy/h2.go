@@ -72,7 +72,7 @@ func newH2Server(h fasthttp.RequestHandler, s config.Server, logger *slog.Logger
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &http.Server{
-		Handler:   &h2Handler{jobs: make(chan *h2Request), stop: make(chan struct{}), h: h, maxBody: int64(s.MaxBodySize), logger: slogPrinter{logger}},
+		Handler:   &h2Handler{h: h, maxBody: int64(s.MaxBodySize), logger: slogPrinter{logger}},
 		Protocols: &protos,
 		// The client's address, parsed once per connection.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
@@ -135,9 +135,6 @@ func (pub *Public) ShutdownWithContext(ctx context.Context) error {
 	}
 	err := pub.H1.ShutdownWithContext(ctx)
 	wg.Wait()
-	if pub.h2 != nil {
-		pub.h2.Handler.(*h2Handler).close()
-	}
 	pub.mu.Lock()
 	if pub.mux != nil {
 		pub.mux.close()
@@ -326,9 +323,6 @@ func (l *muxListener) Addr() net.Addr { return l.m.ln.Addr() }
 
 // h2Handler serves HTTP/2 requests with the fasthttp handler.
 type h2Handler struct {
-	jobs    chan *h2Request // to idle workers (work)
-	stop    chan struct{}   // closed at shutdown: idle workers end
-	once    sync.Once
 	h       fasthttp.RequestHandler
 	maxBody int64
 	logger  fasthttp.Logger
@@ -347,71 +341,13 @@ type h2Request struct {
 	tls  h2TLSConn
 	buf  [8 << 10]byte // request body reads
 	vbuf []byte        // response field values, gathered (writeH2Response)
-
-	// The hand-off to a worker (h2Handler.work).
-	w    http.ResponseWriter
-	r    *http.Request
-	done chan any // the handler's panic, or nil
 }
 
-var h2Requests = sync.Pool{New: func() any { return &h2Request{done: make(chan any)} }}
+var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
 
 func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	growStack()
 	q := h2Requests.Get().(*h2Request)
-	q.w, q.r = w, r
-	select {
-	case hh.jobs <- q:
-	default:
-		go hh.work(q)
-	}
-	if p := <-q.done; p != nil {
-		panic(p) // net/http recovers it, as it would have without the hop
-	}
-	q.w, q.r = nil, nil
-	h2Requests.Put(q)
-}
-
-// close ends the idle workers; a worker serving a request ends after it.
-func (hh *h2Handler) close() { hh.once.Do(func() { close(hh.stop) }) }
-
-// h2WorkerIdle is how long an idle worker waits for a request before it
-// ends (fasthttp's workers wait 10 s).
-const h2WorkerIdle = 10 * time.Second
-
-// work serves q, then the requests handed to it, until it has been idle
-// for h2WorkerIdle. net/http runs each HTTP/2 request on a new goroutine,
-// whose stack starts small: serving a hit there grew it two or three
-// times, each growth copying the stack frame by frame (fastcache.Get,
-// fasthttp's header code) — about a seventh of an HTTP/2 hit's CPU.
-// A worker's stack, grown once, stays grown; the hand-off costs two
-// goroutine switches.
-func (hh *h2Handler) work(q *h2Request) {
-	t := time.NewTimer(h2WorkerIdle)
-	defer t.Stop()
-	for {
-		q.done <- hh.serveSafe(q)
-		t.Reset(h2WorkerIdle)
-		select {
-		case q = <-hh.jobs:
-		case <-t.C:
-			return
-		case <-hh.stop:
-			return
-		}
-	}
-}
-
-// serveSafe serves q, returning what the handler panicked with, for the
-// request's own goroutine to panic with (a worker must not crash the
-// process where net/http would have recovered).
-func (hh *h2Handler) serveSafe(q *h2Request) (p any) {
-	defer func() { p = recover() }()
-	hh.serve(q)
-	return nil
-}
-
-func (hh *h2Handler) serve(q *h2Request) {
-	w, r := q.w, q.r
 	ctx := &q.ctx
 	q.conn = h2Conn{w: w, remote: remoteAddr(r), local: localAddr(r), buf: q.conn.buf[:0]}
 	var c net.Conn = &q.conn
@@ -434,6 +370,7 @@ func (hh *h2Handler) serve(q *h2Request) {
 	ctx.Response.Reset()
 	ctx.ResetUserValues()
 	q.conn.w, q.tls.state = nil, nil // nothing of this request stays reachable
+	h2Requests.Put(q)
 }
 
 // copyRequest copies r into ctx.Request; false when r cannot be served
@@ -696,3 +633,25 @@ func localAddr(r *http.Request) net.Addr {
 	}
 	return &net.TCPAddr{}
 }
+
+// h2StackFrame is the stack growStack makes room for: what serving a
+// hit takes (fastcache, fasthttp's header parsing), measured under h2load.
+const h2StackFrame = 12 << 10
+
+// growStack grows the calling goroutine's stack to what the handler will
+// need, while the stack is still shallow. net/http runs each HTTP/2
+// request on a new goroutine, which starts with a small stack; left to
+// grow on its own, it is copied two or three times deep in the hit path
+// (fastcache.Get, fasthttp's header code), each copy walking every frame
+// — about a seventh of an HTTP/2 hit's CPU. Grown here, it is copied once,
+// over a handful of frames, and 16 KiB stacks come from the runtime's
+// per-P cache.
+//
+//go:noinline
+func growStack() {
+	var b [h2StackFrame]byte
+	keepStack(b[:])
+}
+
+//go:noinline
+func keepStack([]byte) {}
