@@ -346,7 +346,6 @@ type h2Request struct {
 var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
 
 func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	growStack()
 	q := h2Requests.Get().(*h2Request)
 	ctx := &q.ctx
 	q.conn = h2Conn{w: w, remote: remoteAddr(r), local: localAddr(r), buf: q.conn.buf[:0]}
@@ -633,25 +632,3 @@ func localAddr(r *http.Request) net.Addr {
 	}
 	return &net.TCPAddr{}
 }
-
-// h2StackFrame is the stack growStack makes room for: what serving a
-// hit takes (fastcache, fasthttp's header parsing), measured under h2load.
-const h2StackFrame = 12 << 10
-
-// growStack grows the calling goroutine's stack to what the handler will
-// need, while the stack is still shallow. net/http runs each HTTP/2
-// request on a new goroutine, which starts with a small stack; left to
-// grow on its own, it is copied two or three times deep in the hit path
-// (fastcache.Get, fasthttp's header code), each copy walking every frame
-// — about a seventh of an HTTP/2 hit's CPU. Grown here, it is copied once,
-// over a handful of frames, and 16 KiB stacks come from the runtime's
-// per-P cache.
-//
-//go:noinline
-func growStack() {
-	var b [h2StackFrame]byte
-	keepStack(b[:])
-}
-
-//go:noinline
-func keepStack([]byte) {}
