@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -233,6 +234,9 @@ func (m *connMux) sort(c net.Conn) {
 		// which answers a partial HTTP/1 request as it always has.
 		h2 = isH2
 		out = &replayConn{Conn: c, pending: seen}
+		if h2 {
+			out = &bufferedConn{Conn: c, r: bufio.NewReaderSize(out, h2ReadBuffer)}
+		}
 	}
 	_ = c.SetDeadline(time.Time{})
 	dst := m.h1
@@ -283,6 +287,21 @@ func (r *replayConn) Read(b []byte) (int, error) {
 	return r.Conn.Read(b)
 }
 
+// h2ReadBuffer is the read buffer of a cleartext HTTP/2 connection.
+const h2ReadBuffer = 4 << 10
+
+// bufferedConn reads c through a buffer. net/http's HTTP/2 server reads
+// its connection unbuffered, a frame header then its payload: two read
+// calls per frame, so two system calls per request on a cleartext
+// connection (over TLS, crypto/tls buffers). Through this buffer one read
+// takes every frame the client has sent, e.g. a hundred requests' HEADERS.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
 // muxListener is one side of a connMux.
 type muxListener struct {
 	m *connMux
@@ -322,6 +341,7 @@ type h2Request struct {
 	conn h2Conn
 	tls  h2TLSConn
 	buf  [8 << 10]byte // request body reads
+	vbuf []byte        // response field values, gathered (writeH2Response)
 }
 
 var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
@@ -341,7 +361,10 @@ func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hh.h(ctx)
 	}
 	q.conn.finish()
-	writeH2Response(w, ctx)
+	q.vbuf = writeH2Response(w, ctx, q.vbuf)
+	if cap(q.vbuf) > 64<<10 {
+		q.vbuf = nil // one huge answer does not stay in the pool
+	}
 	_ = ctx.Response.CloseBodyStream()
 	ctx.Request.Reset()
 	ctx.Response.Reset()
@@ -404,17 +427,35 @@ var h2Skip = [][]byte{
 	[]byte("Transfer-Encoding"), []byte("Upgrade"), []byte("Content-Length"),
 }
 
-// writeH2Response writes ctx's answer to w.
-func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
+// h2BufferedBody is the body net/http's HTTP/2 server buffers whole
+// (its handler write buffer, 4 KiB): when the handler returns with the
+// body in that buffer, the server sends the Content-Length itself, from
+// the buffer, so writeH2Response sets none — a string and a []string less
+// per answer, and no Content-Length parsed back. Larger bodies are sent in
+// chunks before the handler returns, so they get theirs from here.
+const h2BufferedBody = 4 << 10
+
+// writeH2Response writes ctx's answer to w. The header map is filled by
+// direct assignment with canonical keys; all values share one string and
+// one backing array (two allocations, whatever the number of fields),
+// because net/http encodes the fields after the handler has returned,
+// when nothing pooled may be referenced any more.
+func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byte) []byte {
 	resp := &ctx.Response
 	hdr := w.Header()
 	clear(hdr) // a 103's Link fields
 	n := 0
-	for range resp.Header.All() {
+	vbuf = vbuf[:0]
+	for k, v := range resp.Header.All() {
+		if skipH2Field(k) {
+			continue
+		}
 		n++
+		vbuf = append(vbuf, v...)
 	}
-	// One backing array for the values; common names need no string.
-	vals := make([]string, 0, n)
+	all := string(vbuf)
+	vals := make([]string, n)
+	i, off := 0, 0
 	for k, v := range resp.Header.All() {
 		if skipH2Field(k) {
 			continue
@@ -423,13 +464,14 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 		if !ok {
 			key = http.CanonicalHeaderKey(string(k))
 		}
-		vals = append(vals, string(v))
-		i := len(vals) - 1
+		vals[i] = all[off : off+len(v)]
+		off += len(v)
 		if prev, ok := hdr[key]; ok {
 			hdr[key] = append(prev, vals[i])
 		} else {
 			hdr[key] = vals[i : i+1 : i+1]
 		}
+		i++
 	}
 	// Like the HTTP/1.1 listener: no Content-Type guessed. A stored
 	// answer keeps its Date; one without gets the sending time, as
@@ -448,10 +490,10 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 		if !head && !noBody {
 			_, _ = io.Copy(w, resp.BodyStream())
 		}
-		return
+		return vbuf
 	}
 	body := resp.Body()
-	if !noBody {
+	if !noBody && (head || len(body) > h2BufferedBody) {
 		cl := len(body)
 		if head && cl == 0 && resp.Header.ContentLength() >= 0 {
 			cl = resp.Header.ContentLength()
@@ -462,6 +504,7 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx) {
 	if !head && !noBody && len(body) > 0 {
 		_, _ = w.Write(body)
 	}
+	return vbuf
 }
 
 // h2Names are the canonical names of fields shield's answers carry

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,6 +16,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	neturl "net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,4 +216,60 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestH2ContentLength: every HTTP/2 answer with a body says its length,
+// whether net/http computes it (a body it buffers whole, up to 4 KiB) or
+// writeH2Response sets it (larger bodies, HEAD); 204 and 304 carry none.
+func TestH2ContentLength(t *testing.T) {
+	h := func(ctx *fasthttp.RequestCtx) {
+		n, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("n")))
+		if st := ctx.QueryArgs().GetUintOrZero("status"); st != 0 {
+			ctx.SetStatusCode(st)
+		}
+		ctx.SetBody(bytes.Repeat([]byte("x"), n))
+	}
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true,
+		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
+	pub := &Public{H1: &fasthttp.Server{Handler: h}, h2: newH2Server(h, s, nil), h2c: true, readTimeout: s.ReadTimeout}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pub.Serve(ln, nil) }()
+	defer func() { _ = pub.Shutdown() }()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	defer tr.CloseIdleConnections()
+	for _, tc := range []struct {
+		method string
+		n      int
+		status int
+		want   string // Content-Length, "" for none
+	}{
+		{"GET", 0, 200, "0"}, {"GET", 1, 200, "1"}, {"GET", 1024, 200, "1024"},
+		{"GET", h2BufferedBody, 200, strconv.Itoa(h2BufferedBody)},
+		{"GET", h2BufferedBody + 1, 200, strconv.Itoa(h2BufferedBody + 1)},
+		{"GET", 100 << 10, 200, strconv.Itoa(100 << 10)},
+		{"HEAD", 1024, 200, "1024"}, {"HEAD", 100 << 10, 200, strconv.Itoa(100 << 10)},
+		{"GET", 0, 204, ""}, {"GET", 0, 304, ""},
+	} {
+		url := "http://" + ln.Addr().String() + "/?n=" + strconv.Itoa(tc.n) + "&status=" + strconv.Itoa(tc.status)
+		resp, err := tr.RoundTrip(must(http.NewRequest(tc.method, url, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		_, has := resp.Header["Content-Length"]
+		got := resp.Header.Get("Content-Length")
+		if resp.StatusCode != tc.status || got != tc.want || has != (tc.want != "") {
+			t.Errorf("%s n=%d status %d: %d Content-Length %q (present %v), want %d %q", tc.method, tc.n, tc.status, resp.StatusCode, got, has, tc.status, tc.want)
+		}
+		if tc.method == "GET" && len(body) != tc.n {
+			t.Errorf("%s n=%d: body %d bytes", tc.method, tc.n, len(body))
+		}
+	}
 }

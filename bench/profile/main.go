@@ -60,7 +60,7 @@ func run(cfgPath, pprofAddr string) error {
 		}
 	}
 	p.SetReady(true)
-	srv := p.PublicServer(cfg.Server, logger)
+	srv := p.NewPublic(cfg.Server, logger) // HTTP/2 too, with server.h2c
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("profile: listen: %w", err)
@@ -83,7 +83,7 @@ func run(cfgPath, pprofAddr string) error {
 		<-sig
 		_ = srv.Shutdown()
 	}()
-	if err := srv.Serve(ln); err != nil {
+	if err := srv.Serve(ln, nil); err != nil {
 		return fmt.Errorf("profile: serve: %w", err)
 	}
 	return p.Close()
