@@ -136,14 +136,9 @@ func (c *compression) negotiate(ae []byte) uint8 {
 func qValue(ae, coding []byte) int {
 	q := -1
 	for len(ae) > 0 {
-		var elem []byte
-		if i := bytes.IndexByte(ae, ','); i >= 0 {
-			elem, ae = ae[:i], ae[i+1:]
-		} else {
-			elem, ae = ae, nil
-		}
-		name, params, _ := bytes.Cut(elem, []byte(";"))
-		if bytes.EqualFold(bytes.TrimSpace(name), coding) {
+		var name, params []byte
+		name, params, ae = nextElement(ae)
+		if bytes.EqualFold(name, coding) {
 			q = parseQ(params)
 		}
 	}
@@ -152,33 +147,23 @@ func qValue(ae, coding []byte) int {
 
 // parseQ reads the q parameter of one element's parameters (absent: 1).
 func parseQ(params []byte) int {
-	for len(params) > 0 {
-		var p []byte
-		if i := bytes.IndexByte(params, ';'); i >= 0 {
-			p, params = params[:i], params[i+1:]
-		} else {
-			p, params = params, nil
-		}
-		k, v, ok := bytes.Cut(bytes.TrimSpace(p), []byte("="))
-		if !ok || !bytes.EqualFold(bytes.TrimSpace(k), []byte("q")) {
-			continue
-		}
-		// qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )
-		v = bytes.TrimSpace(v)
-		if len(v) == 0 || len(v) > 5 || (v[0] != '0' && v[0] != '1') || (len(v) > 1 && v[1] != '.') {
+	v, ok := qParam(params)
+	if !ok {
+		return 1000
+	}
+	// qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )
+	if len(v) == 0 || len(v) > 5 || (v[0] != '0' && v[0] != '1') || (len(v) > 1 && v[1] != '.') {
+		return 0
+	}
+	n, scale := int(v[0]-'0')*1000, 100
+	for _, d := range v[min(2, len(v)):] {
+		if d < '0' || d > '9' {
 			return 0
 		}
-		n, scale := int(v[0]-'0')*1000, 100
-		for _, d := range v[min(2, len(v)):] {
-			if d < '0' || d > '9' {
-				return 0
-			}
-			n += int(d-'0') * scale
-			scale /= 10
-		}
-		return min(n, 1000)
+		n += int(d-'0') * scale
+		scale /= 10
 	}
-	return 1000
+	return min(n, 1000)
 }
 
 // name returns the coding's token (idx > 0).

@@ -70,12 +70,7 @@ func (r *route) pickPlain(ae []byte) []byte {
 	best := len(r.codings)
 	for len(ae) > 0 {
 		var name []byte
-		if i := bytes.IndexByte(ae, ','); i >= 0 {
-			name, ae = ae[:i], ae[i+1:]
-		} else {
-			name, ae = ae, nil
-		}
-		name = bytes.TrimSpace(name)
+		name, _, ae = nextElement(ae)
 		for i, c := range r.codings[:best] {
 			if bytes.EqualFold(name, c) {
 				best = i
@@ -97,14 +92,8 @@ func accepts(ae, coding []byte) bool {
 	star, named := false, false
 	starOK, namedOK := false, false
 	for len(ae) > 0 {
-		var elem []byte
-		if i := bytes.IndexByte(ae, ','); i >= 0 {
-			elem, ae = ae[:i], ae[i+1:]
-		} else {
-			elem, ae = ae, nil
-		}
-		name, params, _ := bytes.Cut(elem, []byte(";"))
-		name = bytes.TrimSpace(name)
+		var name, params []byte
+		name, params, ae = nextElement(ae)
 		ok := qPositive(params)
 		switch {
 		case bytes.EqualFold(name, coding):
@@ -122,6 +111,33 @@ func accepts(ae, coding []byte) bool {
 // qPositive reports whether the parameters of one element leave its
 // weight above zero (no q parameter means q=1).
 func qPositive(params []byte) bool {
+	v, ok := qParam(params)
+	if !ok {
+		return true
+	}
+	for _, c := range v {
+		if c >= '1' && c <= '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// nextElement splits the first element off a comma-separated list such
+// as Accept-Encoding: its name (trimmed), its parameters (after the first
+// ';', untrimmed) and the rest of the list.
+func nextElement(list []byte) (name, params, rest []byte) {
+	elem := list
+	if i := bytes.IndexByte(list, ','); i >= 0 {
+		elem, rest = list[:i], list[i+1:]
+	}
+	name, params, _ = bytes.Cut(elem, []byte(";"))
+	return bytes.TrimSpace(name), params, rest
+}
+
+// qParam finds the first q parameter among an element's parameters and
+// returns its value, trimmed; ok is false when there is none.
+func qParam(params []byte) (v []byte, ok bool) {
 	for len(params) > 0 {
 		var p []byte
 		if i := bytes.IndexByte(params, ';'); i >= 0 {
@@ -129,17 +145,10 @@ func qPositive(params []byte) bool {
 		} else {
 			p, params = params, nil
 		}
-		k, v, ok := bytes.Cut(bytes.TrimSpace(p), []byte("="))
-		if !ok || !bytes.EqualFold(bytes.TrimSpace(k), []byte("q")) {
-			continue
+		k, v, found := bytes.Cut(bytes.TrimSpace(p), []byte("="))
+		if found && bytes.EqualFold(bytes.TrimSpace(k), []byte("q")) {
+			return bytes.TrimSpace(v), true
 		}
-		v = bytes.TrimSpace(v)
-		for _, c := range v {
-			if c >= '1' && c <= '9' {
-				return true
-			}
-		}
-		return false
 	}
-	return true
+	return nil, false
 }
