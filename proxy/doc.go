@@ -15,8 +15,8 @@
 // every non-test file of the directory and nothing else):
 //
 //	proxy.go             Proxy, New, Apply: the configuration in force, lifecycle, Close
-//	servers.go           the public and peer fasthttp servers; cluster options from config
-//	h2.go                HTTP/2 on the public listener (ALPN or h2c) beside fasthttp
+//	servers.go           the public and peer fasthttp servers (HTTP/2 beside them: proxy/listener);
+//	                     cluster options from config
 //	sanitize.go          one meaning per request: target, Host and fields made canonical
 //	serve.go             handler: target checks, route, key, owner,
 //	                     lookup, fresh hit (0 allocations), stale-while-revalidate

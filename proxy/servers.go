@@ -1,15 +1,15 @@
 package proxy
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/listener"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -41,7 +41,7 @@ func (p *Proxy) PublicServer(s config.Server, logger *slog.Logger) *fasthttp.Ser
 		// what the hit path hands back (entry = body + metadata) — so
 		// every hit would allocate (BenchmarkHitPooledBody).
 		ReduceMemoryUsage: false,
-		Logger:            slogPrinter{logger},
+		Logger:            httpx.SlogPrinter{L: logger},
 		ErrorHandler:      requestError,
 	}
 }
@@ -57,7 +57,7 @@ func (p *Proxy) PeerServer(s config.Server, logger *slog.Logger) *fasthttp.Serve
 		NoDefaultDate:         true, // the owner's stored Date reaches the edge
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
-		Logger:                slogPrinter{logger},
+		Logger:                httpx.SlogPrinter{L: logger},
 	}
 }
 
@@ -114,18 +114,9 @@ func requestError(ctx *fasthttp.RequestCtx, err error) {
 	ctx.SetBodyString(msg)
 }
 
-// slogPrinter adapts fasthttp's Logger to slog. fasthttp's messages about
-// malformed requests quote the raw request (cookies, credentials), so
-// they go to debug level, truncated.
-type slogPrinter struct{ l *slog.Logger }
-
-func (s slogPrinter) Printf(format string, args ...any) {
-	if s.l == nil || !s.l.Enabled(context.Background(), slog.LevelDebug) {
-		return
-	}
-	msg := fmt.Sprintf(format, args...)
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
-	s.l.Debug(msg, "component", "http")
+// NewPublic builds the public listener's servers for s: PublicServer for
+// HTTP/1.x and, with server.http2 or server.h2c, HTTP/2 beside it
+// (proxy/listener).
+func (p *Proxy) NewPublic(s config.Server, logger *slog.Logger) *listener.Public {
+	return listener.New(p.PublicServer(s, logger), s, logger)
 }

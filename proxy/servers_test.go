@@ -1,10 +1,7 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
-	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -33,21 +30,5 @@ func TestRequestError(t *testing.T) {
 		if ctx.Response.StatusCode() != tc.code || string(ctx.Response.Header.Peek("Cache-Control")) != "no-store" || !ctx.Response.ConnectionClose() {
 			t.Errorf("%v: %d %q close=%v, want %d no-store close", tc.err, ctx.Response.StatusCode(), ctx.Response.Header.Peek("Cache-Control"), ctx.Response.ConnectionClose(), tc.code)
 		}
-	}
-}
-
-// fasthttp's messages go to debug level, truncated (they quote raw
-// requests); nothing is formatted when debug is off.
-func TestSlogPrinter(t *testing.T) {
-	var buf bytes.Buffer
-	slogPrinter{slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}.Printf("bad request %s", strings.Repeat("x", 500))
-	if out := buf.String(); !strings.Contains(out, "level=DEBUG") || !strings.Contains(out, "…") || strings.Contains(out, strings.Repeat("x", 201)) {
-		t.Fatalf("debug log line = %q", out)
-	}
-	buf.Reset()
-	slogPrinter{slog.New(slog.NewTextHandler(&buf, nil))}.Printf("quiet")
-	slogPrinter{}.Printf("no logger")
-	if buf.Len() != 0 {
-		t.Fatalf("logged at info level: %q", buf.String())
 	}
 }

@@ -28,13 +28,15 @@ var rooms = map[string][]string{
 	"proxy/cache":    nil,
 	"proxy/upstream": {"proxy/httpx"},
 	"proxy/cluster":  {"proxy/httpx"},
+	"proxy/listener": {"proxy/httpx"},
 }
 
 // projectOnly are the project packages (outside proxy) a room may import
 // at all; a room not named here may import any of them. The leaf helpers
 // use the configuration's types and nothing else of the project.
 var projectOnly = map[string][]string{
-	"proxy/httpx": {"config"},
+	"proxy/httpx":    {"config"},
+	"proxy/listener": {"config"},
 }
 
 // unreachable are import path prefixes a package may not reach, directly

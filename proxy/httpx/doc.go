@@ -14,6 +14,7 @@
 //	               detection, interim heads taken off the wire
 //	earlyhints.go  1xx interim answers: bounds, Shield-Hints mark, 103s relayed
 //	               to the client (RequestCtx.EarlyHints)
+//	logger.go      fasthttp's Logger on slog: debug level, truncated
 //	certs.go       reloadable certificates, public and peer (mutual) TLS,
 //	               TLS dialing for peers and origins
 package httpx

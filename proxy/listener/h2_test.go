@@ -1,4 +1,4 @@
-package proxy
+package listener
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -74,13 +75,38 @@ func h2Echo(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Del("Link")
 	ctx.Response.Header.Set("X-Proto", string(ctx.Request.Header.Protocol()))
 	ctx.Response.Header.Set("X-TLS", map[bool]string{true: "yes", false: "no"}[ctx.IsTLS()])
-	ctx.Response.Header.Set("X-Remote", string(appendRemoteIP(nil, ctx)))
+	ctx.Response.Header.Set("X-Remote", ctx.RemoteIP().String())
 	ctx.Response.Header.Set("X-Host", string(ctx.Host()))
 	ctx.Response.Header.Set("X-Req", string(ctx.Method())+" "+string(ctx.RequestURI())+" "+string(ctx.Request.Header.Peek("X-Test")))
 	ctx.Response.Header.Add("Vary", "A")
 	ctx.Response.Header.Add("Vary", "B")
 	ctx.SetConnectionClose()
 	ctx.SetBody(append([]byte("body:"), ctx.Request.Body()...))
+}
+
+// tooLarge is the HTTP/1.x server's ErrorHandler in these tests: the
+// HTTP/2 side must answer through it (413 for a body over the limit).
+func tooLarge(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		ctx.Error("too large\n", fasthttp.StatusRequestEntityTooLarge)
+		return
+	}
+	ctx.Error("bad request\n", fasthttp.StatusBadRequest)
+}
+
+// TestFailWithoutErrorHandler: with no ErrorHandler on the HTTP/1.x
+// server, a request the HTTP/2 side refuses gets a bare 400.
+func TestFailWithoutErrorHandler(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	(&h2Handler{}).fail(&ctx, fasthttp.ErrBodyTooLarge)
+	if ctx.Response.StatusCode() != fasthttp.StatusBadRequest {
+		t.Fatalf("status %d, want 400", ctx.Response.StatusCode())
+	}
+	called := false
+	(&h2Handler{onError: func(*fasthttp.RequestCtx, error) { called = true }}).fail(&ctx, fasthttp.ErrBodyTooLarge)
+	if !called {
+		t.Fatal("the ErrorHandler was not called")
+	}
 }
 
 func selfSigned(t *testing.T) *tls.Config {
@@ -111,8 +137,7 @@ func TestPublicServesBothProtocols(t *testing.T) {
 			s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
 				MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, HTTP2: true, H2C: !useTLS,
 				HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
-			pub := &Public{H1: &fasthttp.Server{Handler: h2Echo, NoDefaultContentType: true, NoDefaultDate: true},
-				h2: newH2Server(h2Echo, s, nil), http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout}
+			pub := New(&fasthttp.Server{Handler: h2Echo, ErrorHandler: tooLarge, NoDefaultContentType: true, NoDefaultDate: true}, s, nil)
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -232,7 +257,7 @@ func TestH2ContentLength(t *testing.T) {
 	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
 		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true,
 		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
-	pub := &Public{H1: &fasthttp.Server{Handler: h}, h2: newH2Server(h, s, nil), h2c: true, readTimeout: s.ReadTimeout}
+	pub := New(&fasthttp.Server{Handler: h}, s, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

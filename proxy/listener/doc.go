@@ -1,0 +1,19 @@
+// Package listener is the public listener's pair of servers: fasthttp for
+// HTTP/1.x and, with server.http2 (TLS, by ALPN) or server.h2c (cleartext,
+// by the connection preface), the standard library's HTTP/2 server beside
+// it on the same port. Each HTTP/2 request is copied into a
+// fasthttp.RequestCtx and served by the HTTP/1.x server's own Handler, and
+// a request the HTTP/2 side cannot take in is answered by its
+// ErrorHandler, so the request path (package proxy) sees one protocol and
+// no feature exists on one protocol only. It knows nothing of the cache:
+// it imports, of the project, config and proxy/httpx (internal/importrules
+// enforces both).
+//
+// Files (internal/doccheck checks that the list names every non-test file
+// of the directory and nothing else):
+//
+//	public.go  Public, New: the servers, Serve (shared or plain), graceful shutdown
+//	mux.go     sorting accepted connections: TLS ALPN or the h2c preface, replayed bytes
+//	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
+//	           answer written back, 103 Early Hints, pooled per-request state
+package listener

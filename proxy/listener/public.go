@@ -1,0 +1,145 @@
+package listener
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/valyala/fasthttp"
+)
+
+// HTTP/2 on the public listener. fasthttp speaks HTTP/1.x only, so the
+// listener is shared: each new connection is classified once — by the
+// protocol the TLS handshake negotiated (ALPN), or, with server.h2c, by
+// whether it opens with the HTTP/2 connection preface — and handed either
+// to the fasthttp server, as before, or to the standard library's HTTP/2
+// server (net/http, which carries the fixes for the HTTP/2 attacks of
+// recent years: rapid reset, CONTINUATION floods, HPACK bombs, settings
+// and ping floods). Each HTTP/2 request is then copied into a
+// fasthttp.RequestCtx and served by the same handler as HTTP/1.1, so no
+// feature exists on one protocol only; the copy costs the HTTP/2 path
+// allocations the HTTP/1.1 hit path does not have, and that path is
+// untouched.
+
+// Public is the public listener's servers: fasthttp for HTTP/1.x and,
+// when server.http2 or server.h2c is on, an HTTP/2 server beside it.
+type Public struct {
+	// H1 serves HTTP/1.x (PublicServer).
+	H1 *fasthttp.Server
+
+	h2          *http.Server // nil: HTTP/2 off
+	http2, h2c  bool
+	readTimeout time.Duration
+	logger      *slog.Logger
+
+	mu  sync.Mutex
+	mux *connMux // set by Serve when the listener is shared
+}
+
+// New builds the public listener's servers for s around h1, the
+// HTTP/1.x server: HTTP/2 requests are served by h1's Handler, and a
+// request the HTTP/2 side cannot take (a body over max_body_size) is
+// answered by h1's ErrorHandler, so both protocols answer alike.
+func New(h1 *fasthttp.Server, s config.Server, logger *slog.Logger) *Public {
+	pub := &Public{H1: h1, http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout, logger: logger}
+	if s.HTTP2 || s.H2C {
+		pub.h2 = newH2Server(h1.Handler, h1.ErrorHandler, s, logger)
+	}
+	return pub
+}
+
+// newH2Server is the HTTP/2 server of the public listener, with its
+// limits from s: the header list is bounded like HTTP/1.1's header block
+// (max_header_size), timeouts are the listener's, the rest comes from
+// server.http2_limits.
+func newH2Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, error), s config.Server, logger *slog.Logger) *http.Server {
+	var protos http.Protocols
+	// HTTP/1 stays with fasthttp: this server only ever receives
+	// connections already known to speak HTTP/2.
+	protos.SetHTTP2(true)
+	protos.SetUnencryptedHTTP2(true)
+	l := s.HTTP2Limits
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:   &h2Handler{h: h, onError: onError, maxBody: int64(s.MaxBodySize), logger: httpx.SlogPrinter{L: logger}},
+		Protocols: &protos,
+		// The client's address, parsed once per connection.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, remoteAddrKey{}, c.RemoteAddr())
+		},
+		ReadTimeout:    s.ReadTimeout,
+		WriteTimeout:   s.WriteTimeout,
+		IdleTimeout:    s.IdleTimeout,
+		MaxHeaderBytes: int(s.MaxHeaderSize),
+		// OPTIONS * goes to shield's handler (400, as on HTTP/1.1), not to
+		// net/http's built-in 200.
+		DisableGeneralOptionsHandler: true,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          l.MaxConcurrentStreams,
+			MaxReadFrameSize:              int(l.MaxFrameSize),
+			MaxReceiveBufferPerStream:     int(l.StreamWindow),
+			MaxReceiveBufferPerConnection: int(l.ConnectionWindow),
+		},
+		// The server's messages name protocol errors of clients (floods,
+		// resets): debug level, like fasthttp's.
+		ErrorLog: slog.NewLogLogger(logger.With("component", "http2").Handler(), slog.LevelDebug),
+	}
+}
+
+// Serve serves ln until it is closed, over TLS when tc is set. With
+// HTTP/2 off (or plain HTTP without h2c) fasthttp gets the listener
+// directly, exactly as before HTTP/2 existed.
+func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
+	shared := pub.h2 != nil && (tc != nil && pub.http2 || tc == nil && pub.h2c)
+	if tc != nil {
+		tc = tc.Clone()
+		tc.NextProtos = []string{"http/1.1"}
+		if shared {
+			tc.NextProtos = []string{"h2", "http/1.1"}
+		}
+	}
+	if !shared {
+		if tc != nil {
+			ln = tls.NewListener(ln, tc)
+		}
+		return pub.H1.Serve(ln)
+	}
+	m := newConnMux(ln, tc, pub.readTimeout, pub.logger)
+	pub.mu.Lock()
+	pub.mux = m
+	pub.mu.Unlock()
+	go m.run()
+	go func() { _ = pub.h2.Serve(m.h2) }() // returns when the mux closes
+	return pub.H1.Serve(m.h1)
+}
+
+// ShutdownWithContext stops accepting connections and waits for the
+// requests in flight on both protocols (HTTP/2 clients get a GOAWAY), at
+// most until ctx is done.
+func (pub *Public) ShutdownWithContext(ctx context.Context) error {
+	var h2err error
+	var wg sync.WaitGroup
+	if pub.h2 != nil {
+		wg.Go(func() { h2err = pub.h2.Shutdown(ctx) })
+	}
+	err := pub.H1.ShutdownWithContext(ctx)
+	wg.Wait()
+	pub.mu.Lock()
+	if pub.mux != nil {
+		pub.mux.close()
+	}
+	pub.mu.Unlock()
+	return errors.Join(err, h2err)
+}
+
+// Shutdown is ShutdownWithContext without a bound.
+func (pub *Public) Shutdown() error { return pub.ShutdownWithContext(context.Background()) }
