@@ -372,10 +372,10 @@ func (n *testNode) owner(t testing.TB, path string) string {
 }
 
 // has reports whether n stores an entry of the given kind for path.
-func (n *testNode) has(t testing.TB, path string, kind entryKind) bool {
+func (n *testNode) has(t testing.TB, path string, kind Kind) bool {
 	t.Helper()
 	e, ok := stored(t, n.p, n.key(t, path))
-	return ok && e.kind == kind
+	return ok && e.Kind == kind
 }
 
 // readThroughsReceived is the paths of read-through requests n received.

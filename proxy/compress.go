@@ -198,14 +198,14 @@ func (c *compression) eligible(status, size int, ct, ce, cc []byte) bool {
 }
 
 // entryEligible is eligible for a stored entry. It allocates nothing.
-func (c *compression) entryEligible(e *entry) bool {
-	if e.kind != kindResponse || e.status != fasthttp.StatusOK || len(e.body) < c.minSize {
+func (c *compression) entryEligible(e *Entry) bool {
+	if e.Kind != KindResponse || e.Status != fasthttp.StatusOK || len(e.Body) < c.minSize {
 		return false
 	}
 	var ct, ce, cc []byte
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		switch {
 		case bytes.EqualFold(k, hContentType):
 			ct = v
@@ -215,20 +215,20 @@ func (c *compression) entryEligible(e *entry) bool {
 			cc = v
 		}
 	}
-	return c.eligible(e.status, len(e.body), ct, ce, cc)
+	return c.eligible(e.Status, len(e.Body), ct, ce, cc)
 }
 
 // headersEligible is eligible for a header list about to be stored.
-func (c *compression) headersEligible(status int, body []byte, hs []header) bool {
+func (c *compression) headersEligible(status int, body []byte, hs []Header) bool {
 	var ct, ce, cc []byte
 	for _, h := range hs {
 		switch {
-		case bytes.EqualFold(h.k, hContentType):
-			ct = h.v
-		case bytes.EqualFold(h.k, hContentEncoding):
-			ce = h.v
-		case bytes.EqualFold(h.k, httpx.HCacheControl):
-			cc = h.v
+		case bytes.EqualFold(h.Name, hContentType):
+			ct = h.Value
+		case bytes.EqualFold(h.Name, hContentEncoding):
+			ce = h.Value
+		case bytes.EqualFold(h.Name, httpx.HCacheControl):
+			cc = h.Value
 		}
 	}
 	return c.eligible(status, len(body), ct, ce, cc)
@@ -237,23 +237,23 @@ func (c *compression) headersEligible(status int, body []byte, hs []header) bool
 // withVaryAE returns hs with Accept-Encoding added to its Vary (merged
 // into the last Vary field, or a new one), unless it is listed or the
 // answer varies on "*".
-func withVaryAE(hs []header) []header {
+func withVaryAE(hs []Header) []Header {
 	last := -1
 	for i, h := range hs {
-		if bytes.EqualFold(h.k, httpx.HVary) {
-			if httpx.ListContains(h.v, varyAE) || httpx.ListContains(h.v, []byte("*")) {
+		if bytes.EqualFold(h.Name, httpx.HVary) {
+			if httpx.ListContains(h.Value, varyAE) || httpx.ListContains(h.Value, []byte("*")) {
 				return hs
 			}
 			last = i
 		}
 	}
-	out := make([]header, len(hs), len(hs)+1)
+	out := make([]Header, len(hs), len(hs)+1)
 	copy(out, hs)
 	if last < 0 {
-		return append(out, header{k: httpx.HVary, v: varyAE})
+		return append(out, Header{Name: httpx.HVary, Value: varyAE})
 	}
-	v := append(append(bytes.Clone(out[last].v), ", "...), varyAE...)
-	out[last] = header{k: out[last].k, v: v}
+	v := append(append(bytes.Clone(out[last].Value), ", "...), varyAE...)
+	out[last] = Header{Name: out[last].Name, Value: v}
 	return out
 }
 
@@ -310,34 +310,34 @@ func compressBody(coding, body []byte) ([]byte, error) {
 // stored under key. The sibling carries e's timing, fetch sequence, URL
 // digest and tags (so invalidation treats both alike), Content-Encoding,
 // a Vary listing Accept-Encoding and its own validator.
-func encodeSibling(e *entry, key, coding []byte) ([]byte, error) {
-	body, err := compressBody(coding, e.body)
+func encodeSibling(e *Entry, key, coding []byte) ([]byte, error) {
+	body, err := compressBody(coding, e.Body)
 	if err != nil {
 		return nil, err
 	}
 	s := *e
-	s.kind = kindResponse
-	s.body = body
-	s.keyDigest = cachekey.Digest(appendSiblingKey(nil, key, coding))
-	s.etag = codedETag(e.etag, coding)
-	var hs []header
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+	s.Kind = KindResponse
+	s.Body = body
+	s.KeyDigest = cachekey.Digest(appendSiblingKey(nil, key, coding))
+	s.ETag = codedETag(e.ETag, coding)
+	var hs []Header
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		switch {
 		case bytes.EqualFold(k, httpx.HETag):
-			if s.etag != nil {
-				hs = append(hs, header{k: k, v: s.etag})
+			if s.ETag != nil {
+				hs = append(hs, Header{Name: k, Value: s.ETag})
 			}
 			continue
 		case bytes.EqualFold(k, hContentEncoding):
 			continue
 		}
-		hs = append(hs, header{k: k, v: v})
+		hs = append(hs, Header{Name: k, Value: v})
 	}
 	hs = withVaryAE(hs)
-	hs = append(hs, header{k: hContentEncoding, v: coding})
-	return appendEntry(nil, &s, e.varyList(), hs), nil
+	hs = append(hs, Header{Name: hContentEncoding, Value: coding})
+	return AppendEntry(nil, &s, e.VaryList(), hs), nil
 }
 
 // storeSiblings compresses a just-stored identity entry (enc, under key)
@@ -346,8 +346,8 @@ func encodeSibling(e *entry, key, coding []byte) ([]byte, error) {
 // newer store has since replaced is told apart on read by its fetch
 // sequence and stored-at time.
 func (p *Proxy) storeSiblings(rte *route, key, enc []byte) {
-	var e entry
-	if decodeEntry(enc, &e) != nil || !rte.comp.entryEligible(&e) {
+	var e Entry
+	if DecodeEntry(enc, &e) != nil || !rte.comp.entryEligible(&e) {
 		return
 	}
 	for i := range rte.comp.codings {
@@ -361,7 +361,7 @@ func (p *Proxy) storeSiblings(rte *route, key, enc []byte) {
 // Compressions of one key are serialised on its stripe, so concurrent
 // requests after an eviction compress it once. nil when compression
 // failed (the caller serves identity).
-func (p *Proxy) codedSibling(rte *route, key []byte, e *entry, idx uint8) []byte {
+func (p *Proxy) codedSibling(rte *route, key []byte, e *Entry, idx uint8) []byte {
 	coding := rte.comp.name(idx)
 	skey := appendSiblingKey(nil, key, coding)
 	digest := cachekey.Digest(skey)
@@ -369,8 +369,8 @@ func (p *Proxy) codedSibling(rte *route, key []byte, e *entry, idx uint8) []byte
 	mu.Lock()
 	defer mu.Unlock()
 	if b := p.store.get(nil, skey); len(b) > 0 {
-		var s entry
-		if decodeEntry(b, &s) == nil && s.keyDigest == digest && s.fetchSeq == e.fetchSeq && s.storedAt == e.storedAt {
+		var s Entry
+		if DecodeEntry(b, &s) == nil && s.KeyDigest == digest && s.FetchSeq == e.FetchSeq && s.StoredAt == e.StoredAt {
 			return b
 		}
 	}
@@ -393,28 +393,28 @@ func (p *Proxy) codedSibling(rte *route, key []byte, e *entry, idx uint8) []byte
 // variant's, into the same buffer: no allocation either), or compressed
 // now. Stale and missing entries go on as identity: the miss
 // path switches the answer's coding once it has one (serveSharedCoded).
-func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *entry) ([]byte, lookupResult) {
+func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *Entry) ([]byte, lookupResult) {
 	if sc.coding == codingIdentityIdx || rte.comp == nil {
 		return p.lookup(b, ctx, sc, e)
 	}
 	sc.ckey = appendSiblingKey(sc.ckey[:0], sc.key, rte.comp.name(sc.coding))
 	b, verified := p.store.getVerified(b, sc.ckey)
-	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.kind == kindResponse &&
-		p.iv.servable(e, ctx.Time()) && e.classify(e.age(ctx.Time()), &sc.cc) == stale.Fresh {
+	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == KindResponse &&
+		p.iv.Servable(e, ctx.Time()) && e.Classify(e.Age(ctx.Time()), &sc.cc) == stale.Fresh {
 		return b, lkHit
 	}
 	b, lk := p.lookup(b, ctx, sc, e)
-	if lk != lkHit || e.classify(e.age(ctx.Time()), &sc.cc) != stale.Fresh || !rte.comp.entryEligible(e) {
+	if lk != lkHit || e.Classify(e.Age(ctx.Time()), &sc.cc) != stale.Fresh || !rte.comp.entryEligible(e) {
 		return b, lk
 	}
 	if len(sc.vkey) > 0 {
 		// A vary variant: its sibling is under the variant key. Read it
 		// into the same buffer (no allocation) and serve it when it
 		// belongs to this identity entry; else read the identity again.
-		fetchSeq, storedAt := e.fetchSeq, e.storedAt
+		fetchSeq, storedAt := e.FetchSeq, e.StoredAt
 		sc.ckey = appendSiblingKey(sc.ckey[:0], sc.vkey, rte.comp.name(sc.coding))
 		b, verified = p.store.getVerified(b, sc.ckey)
-		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.kind == kindResponse && e.fetchSeq == fetchSeq && e.storedAt == storedAt {
+		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == KindResponse && e.FetchSeq == fetchSeq && e.StoredAt == storedAt {
 			return b, lkHit
 		}
 		if b, lk = p.lookup(b, ctx, sc, e); lk != lkHit {
@@ -425,8 +425,8 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 	if enc == nil {
 		return b, lk
 	}
-	var s entry
-	if decodeEntry(enc, &s) != nil {
+	var s Entry
+	if DecodeEntry(enc, &s) != nil {
 		return b, lk
 	}
 	ctx.Response.SwapBody(b[:0]) // the pooled buffer goes back; enc is ours
@@ -436,11 +436,11 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 
 // serveSharedCoded is serveShared for an entry a fetch stored (under
 // key): a coded request gets the entry's sibling.
-func (p *Proxy) serveSharedCoded(ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *entry, key []byte, age time.Duration, cs cacheStatus) {
+func (p *Proxy) serveSharedCoded(ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *Entry, key []byte, age time.Duration, cs cacheStatus) {
 	if sc.coding != codingIdentityIdx && rte.comp != nil && rte.comp.entryEligible(e) {
 		if enc := p.codedSibling(rte, key, e, sc.coding); enc != nil {
-			var s entry
-			if decodeEntry(enc, &s) == nil {
+			var s Entry
+			if DecodeEntry(enc, &s) == nil {
 				p.serveShared(ctx, &s, age, cs)
 				return
 			}
@@ -487,19 +487,19 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 
 // addVary merges Accept-Encoding into a response head's Vary.
 func addVary(h *fasthttp.ResponseHeader) {
-	var hs []header
+	var hs []Header
 	for k, v := range h.All() {
 		if bytes.EqualFold(k, httpx.HVary) {
-			hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
+			hs = append(hs, Header{Name: bytes.Clone(k), Value: bytes.Clone(v)})
 		}
 	}
 	merged := withVaryAE(hs)
-	if len(merged) == len(hs) && (len(hs) == 0 || bytes.Equal(merged[len(hs)-1].v, hs[len(hs)-1].v)) {
+	if len(merged) == len(hs) && (len(hs) == 0 || bytes.Equal(merged[len(hs)-1].Value, hs[len(hs)-1].Value)) {
 		return
 	}
 	h.DelBytes(httpx.HVary)
 	for _, m := range merged {
-		h.AddBytesKV(httpx.HVary, m.v)
+		h.AddBytesKV(httpx.HVary, m.Value)
 	}
 }
 

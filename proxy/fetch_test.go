@@ -244,8 +244,8 @@ func TestTooLargeStreamsThrough(t *testing.T) {
 			if n := o.hits.Load(); n != 2 {
 				t.Fatalf("origin got %d requests, want 2 (nothing stored)", n)
 			}
-			if e, ok := stored(t, p, primaryKey(p, get(t, "/big"))); ok && e.kind != kindHitForMiss {
-				t.Fatalf("stored an entry of kind %d for a too-large body, want none or hit-for-miss", e.kind)
+			if e, ok := stored(t, p, primaryKey(p, get(t, "/big"))); ok && e.Kind != KindHitForMiss {
+				t.Fatalf("stored an entry of kind %d for a too-large body, want none or hit-for-miss", e.Kind)
 			}
 		})
 	}
@@ -256,9 +256,9 @@ func TestTooLargeStreamsThrough(t *testing.T) {
 // good entry.
 func TestCorruptEntryIsMiss(t *testing.T) {
 	good := func(key []byte) []byte {
-		e := entry{kind: kindResponse, status: 200, storedAt: time.Now().UnixNano(), lifetime: int64(time.Hour),
-			keyDigest: cachekey.Digest(key), body: []byte("planted")}
-		return appendEntry(nil, &e, nil, nil)
+		e := Entry{Kind: KindResponse, Status: 200, StoredAt: time.Now().UnixNano(), Lifetime: int64(time.Hour),
+			KeyDigest: cachekey.Digest(key), Body: []byte("planted")}
+		return AppendEntry(nil, &e, nil, nil)
 	}
 	tests := []struct {
 		name  string
@@ -315,8 +315,8 @@ func TestCorruptVariantIsMiss(t *testing.T) {
 	p := newTestProxy(t, o.addr(), nil)
 	serve(p, get(t, "/v", "Accept-Language: en"))
 	vkey := cachekey.AppendVary(primaryKey(p, get(t, "/v")), []byte("accept-language"), []byte("en"))
-	if e, ok := stored(t, p, vkey); !ok || string(e.body) != "v1" {
-		t.Fatalf("variant key computed by the test holds %v %q, want the stored variant", ok, e.body)
+	if e, ok := stored(t, p, vkey); !ok || string(e.Body) != "v1" {
+		t.Fatalf("variant key computed by the test holds %v %q, want the stored variant", ok, e.Body)
 	}
 	p.store.set(vkey, []byte("not an entry at all, but long enough to look like one....................."))
 	before := p.g.corrupt.Get()

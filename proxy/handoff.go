@@ -42,11 +42,11 @@ func (p *Proxy) Handoff(ctx context.Context) int {
 			continue
 		}
 		b := p.store.get(nil, key)
-		var e entry
+		var e Entry
 		// apply, not servable: a leaving node is out of its peers' views
 		// (out of purge sync) by now, and the new owner checks the
 		// entry's fetch start against its own invalidations at lookup.
-		if len(b) == 0 || decodeEntry(b, &e) != nil || e.kind != kindResponse || !p.iv.apply(&e) || !staleServable(&e, now) {
+		if len(b) == 0 || DecodeEntry(b, &e) != nil || e.Kind != KindResponse || !p.iv.Apply(&e) || !staleServable(&e, now) {
 			continue
 		}
 		pc := c.peers.Load().byID[owner.ID]
@@ -83,8 +83,8 @@ func (p *Proxy) takeHandoff(ctx *fasthttp.RequestCtx, c *cluster) {
 		return
 	}
 	key, raw := body[w:w+int(n)], body[w+int(n):]
-	var e entry
-	if decodeEntry(raw, &e) != nil || e.kind != kindResponse || e.keyDigest != cachekey.Digest(key) {
+	var e Entry
+	if DecodeEntry(raw, &e) != nil || e.Kind != KindResponse || e.KeyDigest != cachekey.Digest(key) {
 		ctx.Error("bad hand-off entry\n", fasthttp.StatusBadRequest)
 		return
 	}

@@ -217,27 +217,27 @@ func primaryKey(p *Proxy, ctx *fasthttp.RequestCtx) []byte {
 	rt := p.rt.Load()
 	r := rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal())
 	rte := rt.routes[r.Index]
-	return rte.appendKey(nil, ctx, &scratch{}, p.ns.version(rte.name, rte.scoped, nil))
+	return rte.appendKey(nil, ctx, &scratch{}, p.ns.Version(rte.name, rte.scoped, nil))
 }
 
 // stored decodes the entry under key; ok is false when there is none.
-func stored(t testing.TB, p *Proxy, key []byte) (e entry, ok bool) {
+func stored(t testing.TB, p *Proxy, key []byte) (e Entry, ok bool) {
 	t.Helper()
 	b := p.store.get(nil, key)
 	if len(b) == 0 {
 		return e, false
 	}
-	if err := decodeEntry(b, &e); err != nil {
+	if err := DecodeEntry(b, &e); err != nil {
 		t.Fatalf("stored entry does not decode: %v", err)
 	}
 	return e, true
 }
 
 // storedHeader returns the first stored value of name in e.
-func storedHeader(e *entry, name string) (string, bool) {
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+func storedHeader(e *Entry, name string) (string, bool) {
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		if strings.EqualFold(string(k), name) {
 			return string(v), true
 		}

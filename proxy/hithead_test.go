@@ -133,12 +133,12 @@ func TestCanonicalNames(t *testing.T) {
 // fields and its own Age, whether copied from the slot, parsed while
 // another hit holds it, or parsed into it in place of the other head.
 func TestHeadsSharedSlot(t *testing.T) {
-	mk := func(n int) (entry, string) {
+	mk := func(n int) (Entry, string) {
 		v := strconv.Itoa(n)
-		enc := appendEntry(nil, &entry{kind: kindResponse, status: 200, keyDigest: uint64(n) * headSlots, body: []byte("b")}, nil,
-			[]header{{k: []byte("Date"), v: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {k: []byte("X-N"), v: []byte(v)}})
-		var e entry
-		if err := decodeEntry(enc, &e); err != nil {
+		enc := AppendEntry(nil, &Entry{Kind: KindResponse, Status: 200, KeyDigest: uint64(n) * headSlots, Body: []byte("b")}, nil,
+			[]Header{{Name: []byte("Date"), Value: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {Name: []byte("X-N"), Value: []byte(v)}})
+		var e Entry
+		if err := DecodeEntry(enc, &e); err != nil {
 			t.Fatal(err)
 		}
 		return e, v

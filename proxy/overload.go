@@ -124,8 +124,8 @@ func jitterLifetime(lifetime time.Duration, jitter, u float64) time.Duration {
 // conditional request when e has a validator. Before the point, or while
 // a fetch of the key is in flight, it does nothing and allocates nothing;
 // only starting the refresh allocates (a copy of b, the request).
-func (p *Proxy) eagerRefresh(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *entry, b []byte, age time.Duration) {
-	if e.kind == kindNearCopy || float64(age) < float64(e.lifetime)*rte.eagerRefresh {
+func (p *Proxy) eagerRefresh(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *Entry, b []byte, age time.Duration) {
+	if e.Kind == KindNearCopy || float64(age) < float64(e.Lifetime)*rte.eagerRefresh {
 		return
 	}
 	key := sc.flightKey()

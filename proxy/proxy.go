@@ -47,8 +47,8 @@ type Proxy struct {
 
 	// cluster is nil on a single node; set once by SetCluster.
 	cluster atomic.Pointer[cluster]
-	ns      *namespaces
-	iv      *invalidations
+	ns      *Namespaces
+	iv      *Invalidations
 	stripes [64]sync.Mutex // per-key store ordering (stripe)
 	ivMu    sync.Mutex     // serialises saving the invalidation table
 	plog    *purgeLog
@@ -174,13 +174,13 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	if p.cachePath != "" {
 		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {
 			p.logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
-			p.iv.invalidateAll()
+			p.iv.InvalidateAll()
 		}
 		if err := p.iv.load(p.cachePath + ".inval"); err != nil && !os.IsNotExist(err) {
 			// Without the table we cannot tell which snapshot entries
 			// were purged: none of them is served.
 			p.logger.Warn("invalidation table unreadable; dropping the snapshot", "err", err)
-			p.iv.invalidateAll()
+			p.iv.InvalidateAll()
 		}
 	}
 	p.holdSnapshot(cfg)
@@ -584,15 +584,15 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 	if cfg.Cluster == nil || st.EntriesCount == 0 {
 		return
 	}
-	h := &snapshotHold{global: p.iv.global.Load(), logSince: p.plog.since}
+	h := &snapshotHold{global: p.iv.Global.Load(), logSince: p.plog.since}
 	if err == nil && f.SavedAt > 0 {
 		h.since = f.SavedAt - int64(clockSkew)
 		h.logSince = f.Since
 	} else {
 		h.since = 0 // unknown: only a log complete since the beginning will do
 	}
-	p.iv.invalidateAll()
-	h.held = p.iv.global.Load()
+	p.iv.InvalidateAll()
+	h.held = p.iv.Global.Load()
 	p.hold = h
 }
 
@@ -601,7 +601,7 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 func (p *Proxy) releaseSnapshot() {
 	h := p.hold
 	// Unless a replayed "purge everything" raised it meanwhile.
-	p.iv.global.CompareAndSwap(h.held, h.global)
+	p.iv.Global.CompareAndSwap(h.held, h.global)
 	p.plog.mu.Lock()
 	p.plog.since = min(p.plog.since, h.logSince)
 	p.plog.mu.Unlock()

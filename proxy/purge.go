@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"sync"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
@@ -37,79 +34,6 @@ import (
 // Both live in memory and, when cache.path is set, in sidecar files
 // rewritten after every purge and saved with the snapshot, so a restart
 // does not resurrect purged entries.
-
-// namespaces holds the namespace versions. Reads are lock-free snapshots.
-type namespaces struct {
-	mu      sync.Mutex // serialises bumps
-	routes  atomic.Pointer[map[string]uint16]
-	tenants atomic.Pointer[map[string]uint16]
-}
-
-func newNamespaces() *namespaces {
-	n := &namespaces{}
-	r, t := map[string]uint16{}, map[string]uint16{}
-	n.routes.Store(&r)
-	n.tenants.Store(&t)
-	return n
-}
-
-// version returns the key namespace for a route and, when scoped, a
-// tenant identity. It does not allocate.
-func (n *namespaces) version(route string, scoped bool, tid []byte) uint32 {
-	v := uint32((*n.routes.Load())[route]) << 16
-	if scoped {
-		v |= uint32((*n.tenants.Load())[string(tid)])
-	}
-	return v
-}
-
-func (n *namespaces) bump(which *atomic.Pointer[map[string]uint16], name string) uint16 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	old := *which.Load()
-	next := make(map[string]uint16, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name]++
-	which.Store(&next)
-	return next[name]
-}
-
-type nsFile struct {
-	Routes  map[string]uint16 `json:"routes"`
-	Tenants map[string]uint16 `json:"tenants"`
-}
-
-func (n *namespaces) save(path string) error {
-	b, err := json.Marshal(nsFile{Routes: *n.routes.Load(), Tenants: *n.tenants.Load()})
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("proxy: save namespaces: %w", err)
-	}
-	return os.Rename(tmp, path)
-}
-
-func (n *namespaces) load(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var f nsFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("proxy: namespaces %s: %w", path, err)
-	}
-	if f.Routes != nil {
-		n.routes.Store(&f.Routes)
-	}
-	if f.Tenants != nil {
-		n.tenants.Store(&f.Tenants)
-	}
-	return nil
-}
 
 // PurgeResult says what a purge did.
 type PurgeResult struct {
@@ -143,14 +67,14 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 	case args.Get("all") == "1":
 		// Everything fetched before now: what a peer gets when its purge
 		// queue overflowed.
-		p.iv.invalidateAll()
+		p.iv.InvalidateAll()
 		return PurgeResult{Kind: "all"}, nil
 	case args.Get("tag") != "":
 		tag := args.Get("tag")
 		if len(tag) > 1024 {
 			return PurgeResult{}, fmt.Errorf("%w: tag longer than 1024 bytes", errPurge)
 		}
-		p.iv.invalidateTag([]byte(tag), soft)
+		p.iv.InvalidateTag([]byte(tag), soft)
 		kind := "tag"
 		if soft {
 			kind = "soft-tag"
@@ -178,7 +102,7 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 // may still be in the cache and would otherwise be served again.
 func (p *Proxy) namespaceWrapped(v uint16) {
 	if v == 0 {
-		p.iv.invalidateAll()
+		p.iv.InvalidateAll()
 	}
 }
 
@@ -212,7 +136,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		tid = rte.tenant
 	}
 	parts := cachekey.Parts{
-		Namespace: p.ns.version(rte.name, rte.scoped, tid),
+		Namespace: p.ns.Version(rte.name, rte.scoped, tid),
 		Route:     rte.name,
 		Scheme:    []byte(u.Scheme),
 		Host:      []byte(u.Host),
@@ -223,12 +147,12 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		parts.Tenant = tid
 	}
 	urlPart := cachekey.AppendURL(nil, rte.rules, &parts)
-	p.iv.invalidateURL(cachekey.Digest(urlPart), soft)
+	p.iv.InvalidateURL(cachekey.Digest(urlPart), soft)
 	key := rte.rules.AppendHeaders(urlPart, nil)
 	res := PurgeResult{Kind: "url", Target: raw}
 	b := p.store.get(nil, key)
-	var e entry
-	res.Found = len(b) > 0 && decodeEntry(b, &e) == nil
+	var e Entry
+	res.Found = len(b) > 0 && DecodeEntry(b, &e) == nil
 	if soft {
 		res.Kind = "soft-url"
 		return res, nil
