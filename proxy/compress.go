@@ -13,6 +13,7 @@ import (
 
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -198,8 +199,8 @@ func (c *compression) eligible(status, size int, ct, ce, cc []byte) bool {
 }
 
 // entryEligible is eligible for a stored entry. It allocates nothing.
-func (c *compression) entryEligible(e *Entry) bool {
-	if e.Kind != KindResponse || e.Status != fasthttp.StatusOK || len(e.Body) < c.minSize {
+func (c *compression) entryEligible(e *cache.Entry) bool {
+	if e.Kind != cache.KindResponse || e.Status != fasthttp.StatusOK || len(e.Body) < c.minSize {
 		return false
 	}
 	var ct, ce, cc []byte
@@ -219,7 +220,7 @@ func (c *compression) entryEligible(e *Entry) bool {
 }
 
 // headersEligible is eligible for a header list about to be stored.
-func (c *compression) headersEligible(status int, body []byte, hs []Header) bool {
+func (c *compression) headersEligible(status int, body []byte, hs []cache.Header) bool {
 	var ct, ce, cc []byte
 	for _, h := range hs {
 		switch {
@@ -237,7 +238,7 @@ func (c *compression) headersEligible(status int, body []byte, hs []Header) bool
 // withVaryAE returns hs with Accept-Encoding added to its Vary (merged
 // into the last Vary field, or a new one), unless it is listed or the
 // answer varies on "*".
-func withVaryAE(hs []Header) []Header {
+func withVaryAE(hs []cache.Header) []cache.Header {
 	last := -1
 	for i, h := range hs {
 		if bytes.EqualFold(h.Name, httpx.HVary) {
@@ -247,13 +248,13 @@ func withVaryAE(hs []Header) []Header {
 			last = i
 		}
 	}
-	out := make([]Header, len(hs), len(hs)+1)
+	out := make([]cache.Header, len(hs), len(hs)+1)
 	copy(out, hs)
 	if last < 0 {
-		return append(out, Header{Name: httpx.HVary, Value: varyAE})
+		return append(out, cache.Header{Name: httpx.HVary, Value: varyAE})
 	}
 	v := append(append(bytes.Clone(out[last].Value), ", "...), varyAE...)
-	out[last] = Header{Name: out[last].Name, Value: v}
+	out[last] = cache.Header{Name: out[last].Name, Value: v}
 	return out
 }
 
@@ -310,34 +311,34 @@ func compressBody(coding, body []byte) ([]byte, error) {
 // stored under key. The sibling carries e's timing, fetch sequence, URL
 // digest and tags (so invalidation treats both alike), Content-Encoding,
 // a Vary listing Accept-Encoding and its own validator.
-func encodeSibling(e *Entry, key, coding []byte) ([]byte, error) {
+func encodeSibling(e *cache.Entry, key, coding []byte) ([]byte, error) {
 	body, err := compressBody(coding, e.Body)
 	if err != nil {
 		return nil, err
 	}
 	s := *e
-	s.Kind = KindResponse
+	s.Kind = cache.KindResponse
 	s.Body = body
 	s.KeyDigest = cachekey.Digest(appendSiblingKey(nil, key, coding))
 	s.ETag = codedETag(e.ETag, coding)
-	var hs []Header
+	var hs []cache.Header
 	it := e.Headers()
 	for k, ok := it.Next(); ok; k, ok = it.Next() {
 		v, _ := it.Next()
 		switch {
 		case bytes.EqualFold(k, httpx.HETag):
 			if s.ETag != nil {
-				hs = append(hs, Header{Name: k, Value: s.ETag})
+				hs = append(hs, cache.Header{Name: k, Value: s.ETag})
 			}
 			continue
 		case bytes.EqualFold(k, hContentEncoding):
 			continue
 		}
-		hs = append(hs, Header{Name: k, Value: v})
+		hs = append(hs, cache.Header{Name: k, Value: v})
 	}
 	hs = withVaryAE(hs)
-	hs = append(hs, Header{Name: hContentEncoding, Value: coding})
-	return AppendEntry(nil, &s, e.VaryList(), hs), nil
+	hs = append(hs, cache.Header{Name: hContentEncoding, Value: coding})
+	return cache.AppendEntry(nil, &s, e.VaryList(), hs), nil
 }
 
 // storeSiblings compresses a just-stored identity entry (enc, under key)
@@ -346,8 +347,8 @@ func encodeSibling(e *Entry, key, coding []byte) ([]byte, error) {
 // newer store has since replaced is told apart on read by its fetch
 // sequence and stored-at time.
 func (p *Proxy) storeSiblings(rte *route, key, enc []byte) {
-	var e Entry
-	if DecodeEntry(enc, &e) != nil || !rte.comp.entryEligible(&e) {
+	var e cache.Entry
+	if cache.DecodeEntry(enc, &e) != nil || !rte.comp.entryEligible(&e) {
 		return
 	}
 	for i := range rte.comp.codings {
@@ -358,29 +359,23 @@ func (p *Proxy) storeSiblings(rte *route, key, enc []byte) {
 // codedSibling returns the encoded sibling of identity entry e (stored
 // under key) for coding idx: the stored one when it belongs to e (same
 // fetch and store time), else a new one, compressed now and stored.
-// Compressions of one key are serialised on its stripe, so concurrent
-// requests after an eviction compress it once. nil when compression
+// Compressions of one key are serialised on its stripe
+// (cache.PutDerived), so concurrent requests after an eviction compress
+// it once. nil when compression
 // failed (the caller serves identity).
-func (p *Proxy) codedSibling(rte *route, key []byte, e *Entry, idx uint8) []byte {
+func (p *Proxy) codedSibling(rte *route, key []byte, e *cache.Entry, idx uint8) []byte {
 	coding := rte.comp.name(idx)
 	skey := appendSiblingKey(nil, key, coding)
-	digest := cachekey.Digest(skey)
-	mu := p.stripe(digest)
-	mu.Lock()
-	defer mu.Unlock()
-	if b := p.store.get(nil, skey); len(b) > 0 {
-		var s Entry
-		if DecodeEntry(b, &s) == nil && s.KeyDigest == digest && s.FetchSeq == e.FetchSeq && s.StoredAt == e.StoredAt {
-			return b
-		}
-	}
-	enc, err := encodeSibling(e, key, coding)
+	enc, built, err := p.cache.PutDerived(skey, e.FetchSeq, e.StoredAt, func() ([]byte, error) {
+		return encodeSibling(e, key, coding)
+	})
 	if err != nil {
 		p.logger.Warn("compression failed, serving identity", "coding", string(coding), "err", err)
 		return nil
 	}
-	p.store.set(skey, enc)
-	p.g.compressed.Inc()
+	if built {
+		p.g.compressed.Inc()
+	}
 	return enc
 }
 
@@ -393,14 +388,14 @@ func (p *Proxy) codedSibling(rte *route, key []byte, e *Entry, idx uint8) []byte
 // variant's, into the same buffer: no allocation either), or compressed
 // now. Stale and missing entries go on as identity: the miss
 // path switches the answer's coding once it has one (serveSharedCoded).
-func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *Entry) ([]byte, lookupResult) {
+func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *cache.Entry) ([]byte, lookupResult) {
 	if sc.coding == codingIdentityIdx || rte.comp == nil {
 		return p.lookup(b, ctx, sc, e)
 	}
 	sc.ckey = appendSiblingKey(sc.ckey[:0], sc.key, rte.comp.name(sc.coding))
-	b, verified := p.store.getVerified(b, sc.ckey)
-	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == KindResponse &&
-		p.iv.Servable(e, ctx.Time()) && e.Classify(e.Age(ctx.Time()), &sc.cc) == stale.Fresh {
+	b, verified := p.cache.GetVerified(b, sc.ckey)
+	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == cache.KindResponse &&
+		p.cache.Invalidations().Servable(e, ctx.Time()) && e.Classify(e.Age(ctx.Time()), &sc.cc) == stale.Fresh {
 		return b, lkHit
 	}
 	b, lk := p.lookup(b, ctx, sc, e)
@@ -413,8 +408,8 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 		// belongs to this identity entry; else read the identity again.
 		fetchSeq, storedAt := e.FetchSeq, e.StoredAt
 		sc.ckey = appendSiblingKey(sc.ckey[:0], sc.vkey, rte.comp.name(sc.coding))
-		b, verified = p.store.getVerified(b, sc.ckey)
-		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == KindResponse && e.FetchSeq == fetchSeq && e.StoredAt == storedAt {
+		b, verified = p.cache.GetVerified(b, sc.ckey)
+		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == cache.KindResponse && e.FetchSeq == fetchSeq && e.StoredAt == storedAt {
 			return b, lkHit
 		}
 		if b, lk = p.lookup(b, ctx, sc, e); lk != lkHit {
@@ -425,8 +420,8 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 	if enc == nil {
 		return b, lk
 	}
-	var s Entry
-	if DecodeEntry(enc, &s) != nil {
+	var s cache.Entry
+	if cache.DecodeEntry(enc, &s) != nil {
 		return b, lk
 	}
 	ctx.Response.SwapBody(b[:0]) // the pooled buffer goes back; enc is ours
@@ -436,11 +431,11 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 
 // serveSharedCoded is serveShared for an entry a fetch stored (under
 // key): a coded request gets the entry's sibling.
-func (p *Proxy) serveSharedCoded(ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *Entry, key []byte, age time.Duration, cs cacheStatus) {
+func (p *Proxy) serveSharedCoded(ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *cache.Entry, key []byte, age time.Duration, cs cacheStatus) {
 	if sc.coding != codingIdentityIdx && rte.comp != nil && rte.comp.entryEligible(e) {
 		if enc := p.codedSibling(rte, key, e, sc.coding); enc != nil {
-			var s Entry
-			if DecodeEntry(enc, &s) == nil {
+			var s cache.Entry
+			if cache.DecodeEntry(enc, &s) == nil {
 				p.serveShared(ctx, &s, age, cs)
 				return
 			}
@@ -487,10 +482,10 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 
 // addVary merges Accept-Encoding into a response head's Vary.
 func addVary(h *fasthttp.ResponseHeader) {
-	var hs []Header
+	var hs []cache.Header
 	for k, v := range h.All() {
 		if bytes.EqualFold(k, httpx.HVary) {
-			hs = append(hs, Header{Name: bytes.Clone(k), Value: bytes.Clone(v)})
+			hs = append(hs, cache.Header{Name: bytes.Clone(k), Value: bytes.Clone(v)})
 		}
 	}
 	merged := withVaryAE(hs)
@@ -551,6 +546,6 @@ func (p *Proxy) delSiblings(rte *route, key []byte) {
 		return
 	}
 	for _, c := range rte.comp.codings {
-		p.store.del(appendSiblingKey(nil, key, c))
+		p.cache.Del(appendSiblingKey(nil, key, c))
 	}
 }

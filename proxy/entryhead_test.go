@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // TestEntryHead: the prepared head of an answer parses back to its status
@@ -18,8 +19,8 @@ import (
 // cannot be sent as lines as they are, get no head (those hits set the
 // fields one by one).
 func TestEntryHead(t *testing.T) {
-	resp := Entry{Kind: KindResponse, Status: 404}
-	fields := []Header{
+	resp := cache.Entry{Kind: cache.KindResponse, Status: 404}
+	fields := []cache.Header{
 		{Name: []byte("Content-Type"), Value: []byte("text/plain")},
 		{Name: []byte("Date"), Value: []byte("Tue, 15 Nov 1994 08:12:31 GMT")},
 		{Name: []byte("X-A"), Value: []byte("1")},
@@ -28,8 +29,8 @@ func TestEntryHead(t *testing.T) {
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	var e Entry
-	if err := DecodeEntry(AppendEntry(nil, &resp, nil, fields), &e); err != nil {
+	var e cache.Entry
+	if err := cache.DecodeEntry(cache.AppendEntry(nil, &resp, nil, fields), &e); err != nil {
 		t.Fatal(err)
 	}
 	var r fasthttp.Response
@@ -52,20 +53,20 @@ func TestEntryHead(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		e    Entry
-		h    []Header
+		e    cache.Entry
+		h    []cache.Header
 	}{
-		{"vary marker", Entry{Kind: KindVary}, nil},
-		{"hit-for-miss", Entry{Kind: KindHitForMiss}, nil},
-		{"status 0", Entry{Kind: KindResponse}, nil},
-		{"name with a space", resp, []Header{{Name: []byte("X A"), Value: []byte("1")}}},
-		{"empty name", resp, []Header{{Name: nil, Value: []byte("1")}}},
-		{"CR in a value", resp, []Header{{Name: []byte("X-A"), Value: []byte("1\r\nX-B: 2")}}},
-		{"NUL in a value", resp, []Header{{Name: []byte("X-A"), Value: []byte("1\x00")}}},
-		{"leading space", resp, []Header{{Name: []byte("X-A"), Value: []byte(" 1")}}},
-		{"trailing tab", resp, []Header{{Name: []byte("X-A"), Value: []byte("1\t")}}},
+		{"vary marker", cache.Entry{Kind: cache.KindVary}, nil},
+		{"hit-for-miss", cache.Entry{Kind: cache.KindHitForMiss}, nil},
+		{"status 0", cache.Entry{Kind: cache.KindResponse}, nil},
+		{"name with a space", resp, []cache.Header{{Name: []byte("X A"), Value: []byte("1")}}},
+		{"empty name", resp, []cache.Header{{Name: nil, Value: []byte("1")}}},
+		{"CR in a value", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte("1\r\nX-B: 2")}}},
+		{"NUL in a value", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte("1\x00")}}},
+		{"leading space", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte(" 1")}}},
+		{"trailing tab", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte("1\t")}}},
 	} {
-		if err := DecodeEntry(AppendEntry(nil, &tc.e, nil, tc.h), &e); err != nil {
+		if err := cache.DecodeEntry(cache.AppendEntry(nil, &tc.e, nil, tc.h), &e); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		if len(e.Head) != 0 {
@@ -76,10 +77,10 @@ func TestEntryHead(t *testing.T) {
 
 // appendEntryV2 is appendEntry of the previous release (format 2: no
 // length before the headers, no head), for snapshots it wrote.
-func appendEntryV2(e *Entry, headers []Header) []byte {
+func appendEntryV2(e *cache.Entry, headers []cache.Header) []byte {
 	dst := append([]byte(nil), e.Body...)
 	metaStart := len(dst)
-	dst = append(dst, 'S', 'H', 'E', entryVersionV2, byte(e.Kind))
+	dst = append(dst, 'S', 'H', 'E', 2, byte(e.Kind))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.Status))
 	for _, v := range [...]int64{e.StoredAt, e.InitialAge, e.Lifetime, e.SWR, e.SIE} {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
@@ -109,14 +110,14 @@ func TestEntryV2Hit(t *testing.T) {
 	p := newTestProxy(t, o.addr(), nil)
 	key := primaryKey(p, get(t, "/old"))
 	date := time.Now().Add(-time.Minute).UTC().Format(http.TimeFormat)
-	e := Entry{Kind: KindResponse, Status: 200, StoredAt: time.Now().UnixNano(), Lifetime: int64(time.Hour),
+	e := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: time.Now().UnixNano(), Lifetime: int64(time.Hour),
 		KeyDigest: cachekey.Digest(key), ETag: []byte(`"old"`), Body: []byte("from a snapshot")}
-	v2 := appendEntryV2(&e, []Header{{Name: []byte("Date"), Value: []byte(date)}, {Name: []byte("Etag"), Value: []byte(`"old"`)}, {Name: []byte("X-Old"), Value: []byte("1")}})
-	var got Entry
-	if err := DecodeEntry(v2, &got); err != nil || len(got.Head) != 0 || got.HeaderCount != 3 {
+	v2 := appendEntryV2(&e, []cache.Header{{Name: []byte("Date"), Value: []byte(date)}, {Name: []byte("Etag"), Value: []byte(`"old"`)}, {Name: []byte("X-Old"), Value: []byte("1")}})
+	var got cache.Entry
+	if err := cache.DecodeEntry(v2, &got); err != nil || len(got.Head) != 0 || got.HeaderCount != 3 {
 		t.Fatalf("decodeEntry(format 2) = %v, head %q, %d headers", err, got.Head, got.HeaderCount)
 	}
-	p.store.c.Set(key, v2)
+	p.cache.Fastcache().Set(key, v2)
 	ctx := serve(p, get(t, "/old"))
 	h := &ctx.Response.Header
 	if s := summary(ctx); s.body != "from a snapshot" || !strings.HasPrefix(s.cacheStatus, "shield; hit") {
@@ -128,4 +129,10 @@ func TestEntryV2Hit(t *testing.T) {
 	if o.hits.Load() != 0 {
 		t.Errorf("origin asked %d times", o.hits.Load())
 	}
+}
+
+// appendBytes appends one length-prefixed field (the codec's layout).
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
 }

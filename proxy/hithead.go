@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
@@ -61,7 +62,7 @@ var hitHeadEnd = []byte("Content-Length: 0\r\n\r\n")
 // Age and Cache-Status (csPrefix followed by ttl). It reports false when
 // e has no prepared head or it does not parse; resp's header is then
 // reset.
-func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *Entry, age, ttl int64, csPrefix []byte) bool {
+func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age, ttl int64, csPrefix []byte) bool {
 	if len(e.Head) == 0 || len(e.Head)+len(hitHeadEnd) > headReadSize {
 		return false
 	}

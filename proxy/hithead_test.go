@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
@@ -133,12 +134,12 @@ func TestCanonicalNames(t *testing.T) {
 // fields and its own Age, whether copied from the slot, parsed while
 // another hit holds it, or parsed into it in place of the other head.
 func TestHeadsSharedSlot(t *testing.T) {
-	mk := func(n int) (Entry, string) {
+	mk := func(n int) (cache.Entry, string) {
 		v := strconv.Itoa(n)
-		enc := AppendEntry(nil, &Entry{Kind: KindResponse, Status: 200, KeyDigest: uint64(n) * headSlots, Body: []byte("b")}, nil,
-			[]Header{{Name: []byte("Date"), Value: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {Name: []byte("X-N"), Value: []byte(v)}})
-		var e Entry
-		if err := DecodeEntry(enc, &e); err != nil {
+		enc := cache.AppendEntry(nil, &cache.Entry{Kind: cache.KindResponse, Status: 200, KeyDigest: uint64(n) * headSlots, Body: []byte("b")}, nil,
+			[]cache.Header{{Name: []byte("Date"), Value: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {Name: []byte("X-N"), Value: []byte(v)}})
+		var e cache.Entry
+		if err := cache.DecodeEntry(enc, &e); err != nil {
 			t.Fatal(err)
 		}
 		return e, v

@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 )
@@ -27,14 +28,14 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 		return false
 	}
 	seq = min(seq, remoteSeq)
-	if dead, _ := p.iv.Verdict(seq, sc.urlDigest(), tags); dead {
+	if dead, _ := p.cache.Invalidations().Verdict(seq, sc.urlDigest(), tags); dead {
 		return false
 	}
 	now := time.Now()
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	if d := decide(hasAuth, resp, rte, reqTime, now); d.storable {
-		e := Entry{
-			Kind:       KindNearCopy,
+		e := cache.Entry{
+			Kind:       cache.KindNearCopy,
 			Status:     resp.StatusCode(),
 			StoredAt:   now.UnixNano(),
 			InitialAge: int64(d.initialAge),

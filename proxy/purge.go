@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // Purge.
@@ -52,7 +53,7 @@ var errPurge = errors.New("proxy: bad purge request")
 func (p *Proxy) Purge(args url.Values) (PurgeResult, error) {
 	res, err := p.purge(args)
 	if err == nil {
-		if serr := p.saveInvalidations(); serr != nil {
+		if serr := p.cache.SaveInvalidations(); serr != nil {
 			p.logger.Error("purge applied but not persisted", "err", serr)
 		}
 	}
@@ -67,14 +68,14 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 	case args.Get("all") == "1":
 		// Everything fetched before now: what a peer gets when its purge
 		// queue overflowed.
-		p.iv.InvalidateAll()
+		p.cache.Invalidations().InvalidateAll()
 		return PurgeResult{Kind: "all"}, nil
 	case args.Get("tag") != "":
 		tag := args.Get("tag")
 		if len(tag) > 1024 {
 			return PurgeResult{}, fmt.Errorf("%w: tag longer than 1024 bytes", errPurge)
 		}
-		p.iv.InvalidateTag([]byte(tag), soft)
+		p.cache.Invalidations().InvalidateTag([]byte(tag), soft)
 		kind := "tag"
 		if soft {
 			kind = "soft-tag"
@@ -85,12 +86,12 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 		if !p.hasRoute(name) {
 			return PurgeResult{}, fmt.Errorf("%w: unknown route %q", errPurge, name)
 		}
-		v := p.ns.bump(&p.ns.routes, name)
+		v := p.cache.Namespaces().BumpRoute(name)
 		p.namespaceWrapped(v)
 		return PurgeResult{Kind: "route", Target: name, Namespace: v}, nil
 	case args.Get("tenant") != "":
 		name := args.Get("tenant")
-		v := p.ns.bump(&p.ns.tenants, name)
+		v := p.cache.Namespaces().BumpTenant(name)
 		p.namespaceWrapped(v)
 		return PurgeResult{Kind: "tenant", Target: name, Namespace: v}, nil
 	}
@@ -102,7 +103,7 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 // may still be in the cache and would otherwise be served again.
 func (p *Proxy) namespaceWrapped(v uint16) {
 	if v == 0 {
-		p.iv.InvalidateAll()
+		p.cache.Invalidations().InvalidateAll()
 	}
 }
 
@@ -136,7 +137,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		tid = rte.tenant
 	}
 	parts := cachekey.Parts{
-		Namespace: p.ns.Version(rte.name, rte.scoped, tid),
+		Namespace: p.cache.Namespaces().Version(rte.name, rte.scoped, tid),
 		Route:     rte.name,
 		Scheme:    []byte(u.Scheme),
 		Host:      []byte(u.Host),
@@ -147,17 +148,17 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		parts.Tenant = tid
 	}
 	urlPart := cachekey.AppendURL(nil, rte.rules, &parts)
-	p.iv.InvalidateURL(cachekey.Digest(urlPart), soft)
+	p.cache.Invalidations().InvalidateURL(cachekey.Digest(urlPart), soft)
 	key := rte.rules.AppendHeaders(urlPart, nil)
 	res := PurgeResult{Kind: "url", Target: raw}
-	b := p.store.get(nil, key)
-	var e Entry
-	res.Found = len(b) > 0 && DecodeEntry(b, &e) == nil
+	b := p.cache.Get(nil, key)
+	var e cache.Entry
+	res.Found = len(b) > 0 && cache.DecodeEntry(b, &e) == nil
 	if soft {
 		res.Kind = "soft-url"
 		return res, nil
 	}
-	p.store.del(key)
+	p.cache.Del(key)
 	p.delSiblings(rte, key) // dead already (same URL digest), freed at once too
 	return res, nil
 }

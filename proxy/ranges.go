@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // Range requests (RFC 9110 §14). shield stores whole objects: a Range
@@ -107,7 +109,7 @@ func atoiRange(b []byte) (int, bool) {
 // ifRangeMatches reports whether If-Range (absent: true) holds for e:
 // an entity tag must equal the stored strong ETag, a date the stored
 // Last-Modified exactly (RFC 9110 §13.1.5: strong comparison only).
-func ifRangeMatches(h *fasthttp.RequestHeader, e *Entry) bool {
+func ifRangeMatches(h *fasthttp.RequestHeader, e *cache.Entry) bool {
 	v := bytes.TrimSpace(h.PeekBytes(hIfRange))
 	if len(v) == 0 {
 		return true
@@ -130,7 +132,7 @@ var (
 
 // wantsRange reports whether a range answer applies: a GET with Range
 // for a stored 200.
-func wantsRange(h *fasthttp.RequestHeader, e *Entry) bool {
+func wantsRange(h *fasthttp.RequestHeader, e *cache.Entry) bool {
 	return e.Status == fasthttp.StatusOK && h.IsGet() && len(h.PeekCanonical(hRange)) > 0
 }
 
@@ -149,7 +151,7 @@ func appendContentRange(dst []byte, r byteRange, size int) []byte {
 // slice of full to send), 206 multipart/byteranges (a new body), or 416.
 // whole is true when Range is ignored and the full body goes out. tmp is
 // scratch for formatting; ranges is scratch for parsing.
-func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *Entry, full []byte, tmp []byte, ranges []byteRange) (part, multipart []byte, whole bool, tmpOut []byte, rangesOut []byteRange) {
+func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *cache.Entry, full []byte, tmp []byte, ranges []byteRange) (part, multipart []byte, whole bool, tmpOut []byte, rangesOut []byteRange) {
 	resp.Header.SetBytesKV(hAcceptRanges, bytesUnit)
 	if !ifRangeMatches(h, e) {
 		return nil, nil, true, tmp, ranges

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
@@ -210,7 +211,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	}
 
 	sc.coding = rte.canonicalEncoding(h)
-	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.Version(rte.name, rte.scoped, tid))
+	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
 	sc.checked = readThrough
@@ -234,18 +235,18 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	// Look up into the response's own body buffer: on a hit it goes back
 	// to the response truncated to the body, so nothing is copied.
 	b := ctx.Response.SwapBody(nil)
-	var e Entry
+	var e cache.Entry
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	if p.top.Sample() {
 		// One request in topk.DefaultSample feeds the top-keys view;
 		// the others pay one atomic add.
 		hit := lk == lkHit
-		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.Kind == KindNearCopy, now, ctx.Host(), ctx.RequestURI())
+		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.Kind == cache.KindNearCopy, now, ctx.Host(), ctx.RequestURI())
 	}
 	if forwardTo != nil {
 		// A fresh local copy (a near copy of a hot key) answers without
 		// the hop; anything else goes to the owner.
-		if lk == lkHit && e.Kind == KindNearCopy {
+		if lk == lkHit && e.Kind == cache.KindNearCopy {
 			age := e.Age(now)
 			if stale.Classify(age, time.Duration(e.Lifetime), 0, 0, &sc.cc) == stale.Fresh {
 				c.nearHits.Inc()
@@ -328,32 +329,32 @@ const (
 // variant. It leaves the key the request must use from now on (for
 // fetching, coalescing and storing) in sc.vkey when it is a variant key,
 // and returns b (the buffer) holding the entry e was decoded from.
-func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *Entry) ([]byte, lookupResult) {
+func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry) ([]byte, lookupResult) {
 	sc.vkey = sc.vkey[:0]
-	b, verified := p.store.getVerified(b, sc.key)
+	b, verified := p.cache.GetVerified(b, sc.key)
 	if len(b) == 0 {
 		return b, lkMiss
 	}
 	if !p.decode(b, sc.key, e, verified) {
-		p.store.del(sc.key)
+		p.cache.Del(sc.key)
 		return b, lkMiss
 	}
-	if e.Kind == KindVary {
+	if e.Kind == cache.KindVary {
 		markerAt := e.StoredAt
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
-		b, verified = p.store.getVerified(b, sc.vkey)
+		b, verified = p.cache.GetVerified(b, sc.vkey)
 		if len(b) == 0 {
 			return b, lkVaryMiss
 		}
 		if !p.decode(b, sc.vkey, e, verified) {
-			p.store.del(sc.vkey)
+			p.cache.Del(sc.vkey)
 			return b, lkVaryMiss
 		}
-		if e.StoredAt < markerAt || e.Kind == KindVary {
+		if e.StoredAt < markerAt || e.Kind == cache.KindVary {
 			return b, lkVaryMiss
 		}
 	}
-	if e.Kind == KindHitForMiss {
+	if e.Kind == cache.KindHitForMiss {
 		if ctx.Time().UnixNano() < e.StoredAt+e.Lifetime {
 			return b, lkHitForMiss
 		}
@@ -366,7 +367,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *Entry
 	// soft-purged: stale from the purge on (inval.go). Out of purge sync
 	// nothing is served (servable), except to a reader that checks the
 	// entry against its own invalidations (a read-through).
-	if !p.iv.Servable(e, ctx.Time()) && !(sc.checked && p.iv.Apply(e)) {
+	if !p.cache.Invalidations().Servable(e, ctx.Time()) && !(sc.checked && p.cache.Invalidations().Apply(e)) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}
@@ -377,8 +378,8 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *Entry
 
 // decode parses b and checks it was stored under key; anything else is
 // counted and treated as a miss.
-func (p *Proxy) decode(b, key []byte, e *Entry, verified bool) bool {
-	if err := DecodeEntryCheck(b, e, !verified); err != nil || e.KeyDigest != cachekey.Digest(key) {
+func (p *Proxy) decode(b, key []byte, e *cache.Entry, verified bool) bool {
+	if err := cache.DecodeEntryCheck(b, e, !verified); err != nil || e.KeyDigest != cachekey.Digest(key) {
 		p.g.corrupt.Inc()
 		return false
 	}
@@ -387,7 +388,7 @@ func (p *Proxy) decode(b, key []byte, e *Entry, verified bool) bool {
 
 // appendVariantKey appends primary plus the request's values of the
 // marker's Vary headers (docs/architecture.md §3).
-func appendVariantKey(dst, primary []byte, marker *Entry, h *fasthttp.RequestHeader) []byte {
+func appendVariantKey(dst, primary []byte, marker *cache.Entry, h *fasthttp.RequestHeader) []byte {
 	dst = append(dst, primary...)
 	it := marker.VaryNames()
 	for name, ok := it.Next(); ok; name, ok = it.Next() {
@@ -443,7 +444,7 @@ var (
 // response's own body buffer: the body goes back with SwapBody, so a hit
 // copies headers only. Client conditionals are answered here (RFC 9110
 // §13.1): If-None-Match wins over If-Modified-Since.
-func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *Entry, b []byte, age time.Duration, csPrefix []byte) {
+func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := sc.present&fieldsConditional != 0 && p.notModified(&ctx.Request.Header, e)
 	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
@@ -486,7 +487,7 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *Entry, b []by
 var hShieldTags = []byte("Shield-Tags")
 
 // peerTags sets Shield-Tags on an answer to a peer.
-func (sc *scratch) peerTags(resp *fasthttp.Response, e *Entry) {
+func (sc *scratch) peerTags(resp *fasthttp.Response, e *cache.Entry) {
 	if !sc.fromPeer {
 		return
 	}
@@ -495,7 +496,7 @@ func (sc *scratch) peerTags(resp *fasthttp.Response, e *Entry) {
 }
 
 // appendPeerTags appends the Shield-Tags value for e.
-func appendPeerTags(dst []byte, e *Entry) []byte {
+func appendPeerTags(dst []byte, e *cache.Entry) []byte {
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], uint64(e.FetchSeq))
 	return hex.AppendEncode(hex.AppendEncode(append(dst, 't'), seq[:]), e.Tags)
@@ -508,14 +509,14 @@ func parsePeerTags(v []byte) (seq int64, tags []byte, ok bool) {
 		return 0, nil, false
 	}
 	b, err := hex.AppendDecode(nil, v[1:])
-	if err != nil || len(b) < 8 || (len(b)-8)%8 != 0 || len(b)-8 > MaxTags*8 {
+	if err != nil || len(b) < 8 || (len(b)-8)%8 != 0 || len(b)-8 > cache.MaxTags*8 {
 		return 0, nil, false
 	}
 	return int64(binary.BigEndian.Uint64(b)), b[8:], true
 }
 
 // notModified evaluates the client's conditional headers against e.
-func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *Entry) bool {
+func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *cache.Entry) bool {
 	if e.Status != fasthttp.StatusOK {
 		return false
 	}
@@ -530,7 +531,7 @@ func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *Entry) bool {
 
 // writeEntryHeaders sets status and stored headers; for a 304 only the
 // fields RFC 9110 §15.4.5 lists.
-func writeEntryHeaders(resp *fasthttp.Response, e *Entry, notModified bool) {
+func writeEntryHeaders(resp *fasthttp.Response, e *cache.Entry, notModified bool) {
 	// The stored Date first (setting it resets the header, see httpx.SetDate):
 	// a hit carries its origin's Date, not the sending time.
 	it := e.Headers()
@@ -563,7 +564,7 @@ func writeEntryHeaders(resp *fasthttp.Response, e *Entry, notModified bool) {
 
 // serveShared answers from an entry another request fetched. The bytes
 // are shared with other waiters, so the body is copied, never swapped in.
-func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *Entry, age time.Duration, cs cacheStatus) {
+func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *cache.Entry, age time.Duration, cs cacheStatus) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
 	writeEntryHeaders(resp, e, notModified)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 func TestMissThenHit(t *testing.T) {
@@ -315,7 +316,7 @@ func TestNotSharedSequential(t *testing.T) {
 				}
 			}
 			key := primaryKey(p, get(t, "/p"))
-			if e, ok := stored(t, p, key); ok && e.Kind != KindHitForMiss {
+			if e, ok := stored(t, p, key); ok && e.Kind != cache.KindHitForMiss {
 				t.Fatalf("stored entry of kind %d, want none or hit-for-miss", e.Kind)
 			}
 		})
@@ -351,4 +352,18 @@ func TestApplyAllOrNothing(t *testing.T) {
 	if s := summary(serve(p, get(t, "/still"))); s.code != 200 {
 		t.Fatalf("after a rejected Apply: %+v", s)
 	}
+}
+
+// FuzzParsePeerTags: a peer's Shield-Tags value never panics and never
+// yields more tags than an entry may hold.
+func FuzzParsePeerTags(f *testing.F) {
+	f.Add([]byte("t00000000000000010102030405060708"))
+	f.Add([]byte("t"))
+	f.Add([]byte("x0000000000000001"))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		_, tags, ok := parsePeerTags(v)
+		if ok && (len(tags)%8 != 0 || len(tags) > cache.MaxTags*8) {
+			t.Fatalf("parsePeerTags(%q) = %d tag bytes", v, len(tags))
+		}
+	})
 }

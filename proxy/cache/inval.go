@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/binary"
@@ -211,19 +211,19 @@ func (iv *Invalidations) encode() []byte {
 
 func (iv *Invalidations) decode(b []byte) error {
 	if len(b) < 24 || string(b[:4]) != invalMagic {
-		return fmt.Errorf("proxy: invalidation table: bad header")
+		return fmt.Errorf("cache: invalidation table: bad header")
 	}
 	n := int(binary.LittleEndian.Uint32(b[20:]))
 	rest := b[24:]
 	if len(rest) != n*21 {
-		return fmt.Errorf("proxy: invalidation table: %d bytes for %d slots", len(rest), n)
+		return fmt.Errorf("cache: invalidation table: %d bytes for %d slots", len(rest), n)
 	}
 	bump(&iv.clock, int64(binary.LittleEndian.Uint64(b[4:])))
 	bump(&iv.Global, int64(binary.LittleEndian.Uint64(b[12:])))
 	for ; len(rest) > 0; rest = rest[21:] {
 		kind, i := rest[0], binary.LittleEndian.Uint32(rest[1:])
 		if kind > 1 || i >= invalSlots {
-			return fmt.Errorf("proxy: invalidation table: bad slot")
+			return fmt.Errorf("cache: invalidation table: bad slot")
 		}
 		tab := &iv.url
 		if kind == 1 {
@@ -238,10 +238,10 @@ func (iv *Invalidations) decode(b []byte) error {
 func (iv *Invalidations) save(path string) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, iv.encode(), 0o644); err != nil {
-		return fmt.Errorf("proxy: save invalidations: %w", err)
+		return fmt.Errorf("cache: save invalidations: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("proxy: save invalidations: %w", err)
+		return fmt.Errorf("cache: save invalidations: %w", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/binary"
@@ -88,7 +88,7 @@ const (
 	KindNearCopy
 )
 
-var ErrCorrupt = errors.New("proxy: corrupt cache entry")
+var ErrCorrupt = errors.New("cache: corrupt cache entry")
 
 // entry is a decoded cache entry. Its slices point into the buffer it was
 // decoded from and are valid as long as that buffer is.
@@ -373,3 +373,32 @@ func (e *Entry) HeaderList() []Header {
 		out = append(out, Header{Name: k, Value: v})
 	}
 }
+
+// isTokenBytes reports whether b is a non-empty RFC 9110 token. It is
+// proxy's sanitize.go check, copied: the cache imports no other proxy
+// package, and a head is prepared only from names a parser would accept.
+func isTokenBytes(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()

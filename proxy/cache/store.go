@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/binary"
@@ -201,10 +201,10 @@ func (s *store) del(k []byte) { s.c.Del(k) }
 // files through a temporary name and renames it into place).
 func (s *store) save(path string) error {
 	if err := os.MkdirAll(parentDir(path), 0o755); err != nil {
-		return fmt.Errorf("proxy: save cache %s: %w", path, err)
+		return fmt.Errorf("cache: save cache %s: %w", path, err)
 	}
 	if err := s.c.SaveToFileConcurrent(path, runtime.GOMAXPROCS(0)); err != nil {
-		return fmt.Errorf("proxy: save cache %s: %w", path, err)
+		return fmt.Errorf("cache: save cache %s: %w", path, err)
 	}
 	return nil
 }

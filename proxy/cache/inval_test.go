@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"bytes"
@@ -44,20 +44,6 @@ func FuzzInvalidationDecode(f *testing.F) {
 		_ = x.decode(b)
 		if x.url[5].hard.Load() < before {
 			t.Fatal("decode lowered a slot")
-		}
-	})
-}
-
-// FuzzParsePeerTags: a peer's Shield-Tags value never panics and never
-// yields more tags than an entry may hold.
-func FuzzParsePeerTags(f *testing.F) {
-	f.Add([]byte("t00000000000000010102030405060708"))
-	f.Add([]byte("t"))
-	f.Add([]byte("x0000000000000001"))
-	f.Fuzz(func(t *testing.T, v []byte) {
-		_, tags, ok := parsePeerTags(v)
-		if ok && (len(tags)%8 != 0 || len(tags) > MaxTags*8) {
-			t.Fatalf("parsePeerTags(%q) = %d tag bytes", v, len(tags))
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/json"
@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 )
 
-// namespaces holds the namespace versions. Reads are lock-free snapshots.
+// Namespaces holds the namespace versions (a route's, a tenant's) that
+// every cache key carries: bumping one makes every older key unreachable
+// at once (proxy's purge.go). Reads are lock-free snapshots.
 type Namespaces struct {
 	mu      sync.Mutex // serialises bumps
 	routes  atomic.Pointer[map[string]uint16]
@@ -23,7 +25,7 @@ func newNamespaces() *Namespaces {
 	return n
 }
 
-// version returns the key namespace for a route and, when scoped, a
+// Version returns the key namespace for a route and, when scoped, a
 // tenant identity. It does not allocate.
 func (n *Namespaces) Version(route string, scoped bool, tid []byte) uint32 {
 	v := uint32((*n.routes.Load())[route]) << 16
@@ -32,6 +34,14 @@ func (n *Namespaces) Version(route string, scoped bool, tid []byte) uint32 {
 	}
 	return v
 }
+
+// BumpRoute raises a route's namespace version and returns the new one
+// (0 when it wrapped).
+func (n *Namespaces) BumpRoute(name string) uint16 { return n.bump(&n.routes, name) }
+
+// BumpTenant raises a tenant's namespace version and returns the new one
+// (0 when it wrapped).
+func (n *Namespaces) BumpTenant(name string) uint16 { return n.bump(&n.tenants, name) }
 
 func (n *Namespaces) bump(which *atomic.Pointer[map[string]uint16], name string) uint16 {
 	n.mu.Lock()
@@ -58,7 +68,7 @@ func (n *Namespaces) save(path string) error {
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("proxy: save namespaces: %w", err)
+		return fmt.Errorf("cache: save namespaces: %w", err)
 	}
 	return os.Rename(tmp, path)
 }
@@ -70,7 +80,7 @@ func (n *Namespaces) load(path string) error {
 	}
 	var f nsFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("proxy: namespaces %s: %w", path, err)
+		return fmt.Errorf("cache: namespaces %s: %w", path, err)
 	}
 	if f.Routes != nil {
 		n.routes.Store(&f.Routes)
