@@ -17,7 +17,7 @@ import (
 // (slower still: every byte is validated). Copying a ResponseHeader that
 // already holds the fields (CopyTo) costs a quarter of parsing them and
 // half of setting them. So the entry carries its head prepared as bytes
-// (entry.go: status line and stored fields, the origin's Date among
+// (proxy/cache/entry.go: status line and stored fields, the origin's Date among
 // them), and heads keeps recently served ones parsed, one slot per key
 // digest modulo headSlots: a hit copies the parsed head, with its own
 // fields (Age, Cache-Status) set in the slot once per second.

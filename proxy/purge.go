@@ -15,7 +15,7 @@ import (
 // Purge.
 //
 //   - By URL and by tag (surrogate key): an entry in the invalidation
-//     table (inval.go) makes every entry of that URL — all key_headers
+//     table (proxy/cache/inval.go) makes every entry of that URL — all key_headers
 //     and Vary variants — or carrying that tag, fetched before the purge,
 //     a miss; a soft purge makes them stale from the purge instant (they
 //     can still be served inside their stale-while-revalidate and

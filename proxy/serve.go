@@ -364,7 +364,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache
 		return b, lkMiss
 	}
 	// Purged (by URL or tag) since this entry's fetch started: a miss;
-	// soft-purged: stale from the purge on (inval.go). Out of purge sync
+	// soft-purged: stale from the purge on (proxy/cache/inval.go). Out of purge sync
 	// nothing is served (servable), except to a reader that checks the
 	// entry against its own invalidations (a read-through).
 	if !p.cache.Invalidations().Servable(e, ctx.Time()) && !(sc.checked && p.cache.Invalidations().Apply(e)) {

@@ -33,12 +33,12 @@ import (
 // entry is encoded: a status line without reason phrase ("HTTP/1.1 200")
 // and every stored header as a "Name: value" line, each ending in CRLF,
 // with the origin's Date among them. A hit copies the head parsed from
-// these bytes (hithead.go) and sets its own fields (Age, Cache-Status) on
+// these bytes (proxy's hithead.go) and sets its own fields (Age, Cache-Status) on
 // top, instead of setting the stored fields one by one after parsing a
 // Date block: half the cost of a hit was there. head is
 // empty for kinds without an answer and for headers that cannot be
 // written as lines (names that are not tokens, values with control
-// bytes); such hits set the fields one by one (writeEntryHeaders), as do
+// bytes); such hits set the fields one by one (proxy's writeEntryHeaders), as do
 // 304s, which carry only some fields.
 //
 // The headers section is prefixed by its length so that decoding an entry
@@ -53,16 +53,16 @@ import (
 // invalidation table (inval.go), so a purge is O(1) whatever the cache
 // holds and never undone by an entry fetched before it.
 //
-// A vary marker (kindVary) has no body and no headers; its storedAt is the
+// A vary marker (KindVary) has no body and no headers; its storedAt is the
 // instant from which variants are valid: a variant stored before its
 // marker was written is ignored, so deleting or rewriting the marker
-// invalidates every variant at once. A hit-for-miss record (kindHitForMiss)
+// invalidates every variant at once. A hit-for-miss record (KindHitForMiss)
 // says the key's last response could not be shared; its lifetime is how
-// long requests skip the coalescing queue. A near copy (kindNearCopy) is
+// long requests skip the coalescing queue. A near copy (KindNearCopy) is
 // a response kept by a node that does not own the key (hot keys).
 //
 // Anything that does not parse exactly — short buffer, wrong magic,
-// unknown version, bad checksum, lengths that disagree — is errCorrupt,
+// unknown version, bad checksum, lengths that disagree — is ErrCorrupt,
 // which callers treat as a miss.
 const (
 	entryVersion = 3
@@ -73,24 +73,31 @@ const (
 	// sequence, URL digest, and the five length/count prefixes of version
 	// 2 (at least one byte each; version 3 has two more).
 	fixedMetaLen = 3 + 1 + 1 + 2 + 8*5 + 8 + 16 + 5
-	// maxTags bounds the surrogate keys kept per entry.
+	// MaxTags bounds the surrogate keys kept per entry.
 	MaxTags = 64
 )
 
+// Kind says what an entry holds.
 type Kind uint8
 
+// Entry kinds (see the layout above).
 const (
+	// KindResponse is a stored response.
 	KindResponse Kind = iota + 1
+	// KindVary is a vary marker: the names variants are keyed by.
 	KindVary
+	// KindHitForMiss says the key's last response could not be shared.
 	KindHitForMiss
-	// kindNearCopy is a response a non-owner keeps for a hot key; only
+	// KindNearCopy is a response a non-owner keeps for a hot key; only
 	// near copies answer at an edge instead of forwarding to the owner.
 	KindNearCopy
 )
 
+// ErrCorrupt is any entry that does not decode exactly; callers treat
+// it as a miss.
 var ErrCorrupt = errors.New("cache: corrupt cache entry")
 
-// entry is a decoded cache entry. Its slices point into the buffer it was
+// Entry is a decoded cache entry. Its slices point into the buffer it was
 // decoded from and are valid as long as that buffer is.
 type Entry struct {
 	Kind       Kind
@@ -103,7 +110,7 @@ type Entry struct {
 	KeyDigest  uint64
 	FetchSeq   int64  // invalidation clock at fetch start
 	URLDigest  uint64 // digest of the key's URL part (cachekey.AppendURL)
-	Tags       []byte // ≤ maxTags little-endian uint64 surrogate key digests
+	Tags       []byte // ≤ MaxTags little-endian uint64 surrogate key digests
 
 	ETag         []byte
 	LastModified []byte
@@ -116,10 +123,10 @@ type Entry struct {
 	HeaderCount int
 }
 
-// header is a name/value pair to encode.
+// Header is a name/value pair to encode.
 type Header struct{ Name, Value []byte }
 
-// appendEntry encodes e (its body, validators and timing fields) with the
+// AppendEntry encodes e (its body, validators and timing fields) with the
 // given vary names and headers, appending to dst.
 func AppendEntry(dst []byte, e *Entry, vary [][]byte, headers []Header) []byte {
 	start := len(dst)
@@ -210,10 +217,10 @@ func appendBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// decodeEntry parses b into e without allocating. e's slices alias b.
+// DecodeEntry parses b into e without allocating. e's slices alias b.
 func DecodeEntry(b []byte, e *Entry) error { return DecodeEntryCheck(b, e, true) }
 
-// decodeEntryCheck is decodeEntry; checksum false skips hashing the
+// DecodeEntryCheck is DecodeEntry; checksum false skips hashing the
 // payload and walking the headers section, for entries this process
 // wrote itself (the store marks them verified, store.go): hashing the
 // entry on every hit was 6 % of a 1 KiB hit's CPU and a quarter of a
@@ -330,10 +337,10 @@ func readList(p []byte, per int) (count int, raw, rest []byte, ok bool) {
 	return int(n), start[:len(start)-len(rest)], rest, true
 }
 
-// fieldIter walks a validated list section produced by readList.
+// FieldIter walks a validated list section produced by readList.
 type FieldIter struct{ p []byte }
 
-// next returns the next field; ok is false at the end.
+// Next returns the next field; ok is false at the end.
 func (it *FieldIter) Next() (field []byte, ok bool) {
 	if len(it.p) == 0 {
 		return nil, false
@@ -342,13 +349,13 @@ func (it *FieldIter) Next() (field []byte, ok bool) {
 	return field, ok
 }
 
-// headers iterates the entry's stored headers as name, value pairs.
+// Headers iterates the entry's stored headers as name, value pairs.
 func (e *Entry) Headers() FieldIter { return FieldIter{p: e.headersRaw} }
 
-// varyNames iterates the entry's lower-case Vary header names.
+// VaryNames iterates the entry's lower-case Vary header names.
 func (e *Entry) VaryNames() FieldIter { return FieldIter{p: e.varyRaw} }
 
-// varyList collects the Vary names (aliasing the entry's buffer) for
+// VaryList collects the Vary names (aliasing the entry's buffer) for
 // re-encoding; it allocates, so the hit path iterates instead.
 func (e *Entry) VaryList() [][]byte {
 	var out [][]byte
@@ -359,7 +366,7 @@ func (e *Entry) VaryList() [][]byte {
 	return out
 }
 
-// headerList collects the stored headers (aliasing the entry's buffer)
+// HeaderList collects the stored headers (aliasing the entry's buffer)
 // for re-encoding; it allocates, so the hit path iterates instead.
 func (e *Entry) HeaderList() []Header {
 	var out []Header

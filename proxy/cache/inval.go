@@ -31,7 +31,7 @@ import (
 //     measured from there). Purge cost is O(1) (O(1) per tag): nothing is
 //     scanned, and nothing stored before the purge can be served after
 //     it, whenever it was stored — so a fetch that raced a purge cannot
-//     undo it. Stores of such answers are also refused (store.go does
+//     undo it. Stores of such answers are also refused (Put: the store does
 //     not need to hold them).
 //   - An answer never replaces an entry whose fetch started later (the
 //     stored fetchSeq is compared under a per-key stripe lock).
@@ -39,23 +39,26 @@ import (
 //     that cannot tell which purges it missed raises it (see restart).
 //
 // Route and tenant purges bump the namespace version in the key instead
-// (purge.go): an in-flight fetch stores under the old, unreachable key.
+// (proxy's purge.go): an in-flight fetch stores under the old, unreachable key.
 const invalSlots = 1 << 16
 
 type invalSlot struct{ hard, soft atomic.Int64 }
 
+// Invalidations is the node's invalidation table and clock (see above).
+// Gated, Lease and Global are read on every lookup and set by the purge
+// sync (proxy's purgesync.go) and the snapshot hold.
 type Invalidations struct {
 	clock  atomic.Int64
 	Global atomic.Int64
 	// gated is set while this node may be missing purges a peer applied
-	// (purgesync.go): nothing is served from the cache then.
+	// (proxy's purgesync.go): nothing is served from the cache then.
 	Gated atomic.Bool
 	// lease, when not 0 (dynamic membership), is the instant (unix ns)
 	// the purge sync's watchdog vouches for the cache until: a request
 	// later than it finds nothing servable. The watchdog renews it every
 	// stallTick; a process stopped or starved past it (SIGSTOP, a paused
 	// VM) may have missed purges pushed meanwhile, and its requests may
-	// run before the watchdog notices and closes the gate (purgesync.go).
+	// run before the watchdog notices and closes the gate (proxy's purgesync.go).
 	Lease atomic.Int64
 	url   [invalSlots]invalSlot
 	tag   [invalSlots]invalSlot
@@ -67,7 +70,7 @@ func newInvalidations() *Invalidations {
 	return iv
 }
 
-// next returns a new clock value, above every value returned before.
+// Next returns a new clock value, above every value returned before.
 func (iv *Invalidations) Next() int64 {
 	for {
 		last := iv.clock.Load()
@@ -87,13 +90,13 @@ func bump(a *atomic.Int64, seq int64) {
 	}
 }
 
-// invalidateURL records a hard (or soft) invalidation of a URL digest
+// InvalidateURL records a hard (or soft) invalidation of a URL digest
 // and returns its sequence.
 func (iv *Invalidations) InvalidateURL(d uint64, soft bool) int64 {
 	return iv.mark(&iv.url[d%invalSlots], soft)
 }
 
-// invalidateTag records a hard (or soft) invalidation of a surrogate key.
+// InvalidateTag records a hard (or soft) invalidation of a surrogate key.
 func (iv *Invalidations) InvalidateTag(tag []byte, soft bool) int64 {
 	return iv.mark(&iv.tag[xxhash.Sum64(tag)%invalSlots], soft)
 }
@@ -108,10 +111,10 @@ func (iv *Invalidations) mark(s *invalSlot, soft bool) int64 {
 	return seq
 }
 
-// invalidateAll makes every entry fetched before now dead.
+// InvalidateAll makes every entry fetched before now dead.
 func (iv *Invalidations) InvalidateAll() { bump(&iv.Global, iv.Next()) }
 
-// verdict says what the invalidations since an entry's fetch mean for it:
+// Verdict says what the invalidations since an entry's fetch mean for it:
 // dead (a hard invalidation), or the instant it became stale (softAt > 0).
 // It does not allocate.
 func (iv *Invalidations) Verdict(fetchSeq int64, urlDigest uint64, tags []byte) (dead bool, softAt int64) {
@@ -137,7 +140,7 @@ func (iv *Invalidations) Verdict(fetchSeq int64, urlDigest uint64, tags []byte) 
 	return false, softAt
 }
 
-// servable is apply for an entry about to be served from this node's
+// Servable is Apply for an entry about to be served from this node's
 // cache at now (the request's time): while the node is out of purge
 // sync, or past its sync lease, nothing is.
 func (iv *Invalidations) Servable(e *Entry, now time.Time) bool {
@@ -149,7 +152,7 @@ func (iv *Invalidations) Servable(e *Entry, now time.Time) bool {
 	return !iv.Gated.Load() && iv.Apply(e)
 }
 
-// apply checks e against the table: false when e is dead; a soft-purged
+// Apply checks e against the table: false when e is dead; a soft-purged
 // e has its lifetime cut so that it is stale from the purge on.
 func (iv *Invalidations) Apply(e *Entry) bool {
 	dead, softAt := iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags)
@@ -162,8 +165,8 @@ func (iv *Invalidations) Apply(e *Entry) bool {
 	return true
 }
 
-// appendTags appends the digests of the space-separated surrogate keys
-// in v (at most maxTags in all).
+// AppendTags appends the digests of the space-separated surrogate keys
+// in v (at most MaxTags in all).
 func AppendTags(dst, v []byte) []byte {
 	for len(v) > 0 && len(dst) < MaxTags*8 {
 		i := 0

@@ -38,7 +38,7 @@ import (
 // another process's epoch and are verified by the entry checksum on read,
 // as are values without a trailer (a snapshot of an earlier release).
 // Every value stored is either encoded here or was checked by its entry
-// checksum when it arrived from a peer (handoff.go), so bytes are checked
+// checksum when it arrived from a peer (proxy's handoff.go), so bytes are checked
 // where they can have been damaged — on disk, on the wire — and not on
 // every read from memory.
 const (
