@@ -126,7 +126,7 @@ func TestPutAfterInvalidationRefused(t *testing.T) {
 // between them and be overwritten.)
 func TestHandoffNeverOverwritesFill(t *testing.T) {
 	c := newTestCache(t)
-	const rounds, handoffs = 2000, 4
+	const rounds, handoffs = 5000, 4
 	for r := range rounds {
 		key := []byte("hot-" + strconv.Itoa(r))
 		// The leaving node's copy was fetched before this node's fill.
