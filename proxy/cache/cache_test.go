@@ -101,9 +101,9 @@ func TestPutAfterInvalidationRefused(t *testing.T) {
 			key := []byte("k")
 			seq := c.Invalidations().Next() // the fetch starts
 			tc.invalidate(c.Invalidations())
-			enc, e := response(key, seq, "before")
+			_, e := response(key, seq, "before")
 			e.Tags = AppendTags(nil, []byte("sports, news"))
-			enc = AppendEntry(nil, e, nil, nil)
+			enc := AppendEntry(nil, e, nil, nil)
 			if got := c.Put(key, enc, e, PutOptions{}); got != tc.stored {
 				t.Fatalf("Put = %v, want %v", got, tc.stored)
 			}
