@@ -289,7 +289,7 @@ func TestCorruptEntryIsMiss(t *testing.T) {
 			}
 			// Planted as a snapshot or an earlier release holds it: not
 			// this process's write, so read with its checksum checked
-			// (values this process stores are trusted, store.go).
+			// (values this process stores are trusted, proxy/cache/store.go).
 			p.cache.Fastcache().Set(key, tt.value(key))
 			before := p.g.corrupt.Get()
 			got := summary(serve(p, get(t, "/c")))

@@ -20,7 +20,7 @@ import (
 )
 
 // TestHitHeadOnTheWire: hits answered from the entry's prepared head
-// (entry.go, serveHead), read off one connection as a client reads them,
+// (proxy/cache/entry.go, serveHead), read off one connection as a client reads them,
 // the requests pipelined: every answer keeps the connection open, carries
 // its origin's Date once, one Age, a hit Cache-Status, the stored fields,
 // the body's length and the reason phrase of its own status — also a
