@@ -35,7 +35,7 @@ import (
 //     not need to hold them).
 //   - An answer never replaces an entry whose fetch started later (the
 //     stored fetchSeq is compared under a per-key stripe lock).
-//   - global is a watermark: entries fetched before it are dead. A node
+//   - Global is a watermark: entries fetched before it are dead. A node
 //     that cannot tell which purges it missed raises it (see restart).
 //
 // Route and tenant purges bump the namespace version in the key instead
@@ -48,17 +48,19 @@ type invalSlot struct{ hard, soft atomic.Int64 }
 // Gated, Lease and Global are read on every lookup and set by the purge
 // sync (proxy's purgesync.go) and the snapshot hold.
 type Invalidations struct {
-	clock  atomic.Int64
+	clock atomic.Int64
+	// Global is the watermark: entries fetched before it are dead.
 	Global atomic.Int64
-	// gated is set while this node may be missing purges a peer applied
+	// Gated is set while this node may be missing purges a peer applied
 	// (proxy's purgesync.go): nothing is served from the cache then.
 	Gated atomic.Bool
-	// lease, when not 0 (dynamic membership), is the instant (unix ns)
+	// Lease, when not 0 (dynamic membership), is the instant (unix ns)
 	// the purge sync's watchdog vouches for the cache until: a request
 	// later than it finds nothing servable. The watchdog renews it every
 	// stallTick; a process stopped or starved past it (SIGSTOP, a paused
 	// VM) may have missed purges pushed meanwhile, and its requests may
-	// run before the watchdog notices and closes the gate (proxy's purgesync.go).
+	// run before the watchdog notices and closes the gate (proxy's
+	// purgesync.go).
 	Lease atomic.Int64
 	url   [invalSlots]invalSlot
 	tag   [invalSlots]invalSlot
