@@ -173,7 +173,7 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 	})
 	clients := map[string]*peerClient{}
 	if opts.DynamicMembership {
-		c.sync = newPurgeSync(time.Now(), &p.iv.gated, src.Reachable)
+		c.sync = newPurgeSync(time.Now(), &p.cache.Invalidations().Gated, src.Reachable)
 		c.sync.viewChanged(otherIDs(m.View(), m.Self().ID), time.Now())
 	}
 	p.g.set.NewGauge(`shield_purge_sync_pending`, func() float64 {
@@ -336,7 +336,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	setForwarded(&req.Header, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
 	req.Header.SetBytesKV(hShieldForwarded, valueOne)
 	resp := fasthttp.AcquireResponse()
-	seq := p.iv.next() // a near copy's place in invalidation order
+	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
 	reqTime := time.Now()
 	tok := httpx.WatchHints(req, ctx, rte.origin.maxHints)
 	err := pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))

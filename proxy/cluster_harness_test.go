@@ -15,6 +15,7 @@ import (
 
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -372,10 +373,10 @@ func (n *testNode) owner(t testing.TB, path string) string {
 }
 
 // has reports whether n stores an entry of the given kind for path.
-func (n *testNode) has(t testing.TB, path string, kind entryKind) bool {
+func (n *testNode) has(t testing.TB, path string, kind cache.Kind) bool {
 	t.Helper()
 	e, ok := stored(t, n.p, n.key(t, path))
-	return ok && e.kind == kind
+	return ok && e.Kind == kind
 }
 
 // readThroughsReceived is the paths of read-through requests n received.

@@ -13,6 +13,7 @@ import (
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -42,10 +43,10 @@ func TestClusterForwardsToOwner(t *testing.T) {
 	if n := c.origin.hits(path); n != 1 {
 		t.Fatalf("origin saw %d requests, want 1", n)
 	}
-	if !b.has(t, path, kindResponse) {
+	if !b.has(t, path, cache.KindResponse) {
 		t.Fatal("the owner stored nothing")
 	}
-	if a.has(t, path, kindResponse) || c.node("c").has(t, path, kindResponse) {
+	if a.has(t, path, cache.KindResponse) || c.node("c").has(t, path, cache.KindResponse) {
 		t.Fatal("a non-owner stored the forwarded answer")
 	}
 	if got := a.peerOutcome("b", peerOK); got != 1 {
@@ -279,7 +280,7 @@ func TestClusterReadThroughPreviousOwner(t *testing.T) {
 	moved := func(p string) bool { return c.ownerIn(t, p, "a", "b") == "b" && c.ownerIn(t, p, "a", "b", "c") == "c" }
 	hit := pathWhere(t, "rt-hit", moved)
 	miss := pathWhere(t, "rt-miss", moved)
-	if r := a.get(t, hit); r.code != 200 || !b.has(t, hit, kindResponse) {
+	if r := a.get(t, hit); r.code != 200 || !b.has(t, hit, cache.KindResponse) {
 		t.Fatalf("priming the old owner: %+v", r)
 	}
 	c.setPeers(c.nodes, "a", "b", "c")
@@ -291,7 +292,7 @@ func TestClusterReadThroughPreviousOwner(t *testing.T) {
 	if n := c.origin.hits(hit); n != 1 {
 		t.Fatalf("origin saw %d requests for the moved key, want 1 (read-through)", n)
 	}
-	if !cn.has(t, hit, kindResponse) {
+	if !cn.has(t, hit, cache.KindResponse) {
 		t.Fatal("the new owner did not keep the previous owner's copy")
 	}
 	if got := cn.cl().readThroughHit.Get(); got != 1 {
@@ -325,7 +326,7 @@ func TestPeerReadThroughOnlyIfCached(t *testing.T) {
 	if r.StatusCode() != 504 || string(r.Header.Peek("Cache-Status")) != "shield; fwd=miss; detail=only-if-cached" || c.origin.hits(path) != 0 {
 		t.Fatalf("read-through of a missing key: %d %q, origin %d", r.StatusCode(), r.Header.Peek("Cache-Status"), c.origin.hits(path))
 	}
-	if r := b.get(t, path); r.code != 200 || !b.has(t, path, kindResponse) {
+	if r := b.get(t, path); r.code != 200 || !b.has(t, path, cache.KindResponse) {
 		t.Fatalf("storing a stale-at-once copy: %+v", r)
 	}
 	r = c.peerReq(t, a.ip, b, "GET", path, "", gen, auth, "Shield-Read-Through: 1")
@@ -382,7 +383,7 @@ func TestClusterHandoffOnLeave(t *testing.T) {
 	if sent := a.p.Handoff(context.Background()); sent != 1 {
 		t.Fatalf("Handoff sent %d entries, want 1", sent)
 	}
-	if !b.has(t, path, kindResponse) || b.cl().handoffTaken.Get() != 1 {
+	if !b.has(t, path, cache.KindResponse) || b.cl().handoffTaken.Get() != 1 {
 		t.Fatal("the new owner did not take the entry")
 	}
 	if r := b.get(t, path); !strings.HasPrefix(r.cacheStatus, "shield; hit") || c.origin.hits(path) != 1 {
@@ -419,7 +420,7 @@ func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
 			t.Fatal("no near copy after 5000 requests")
 		}
 	}
-	if !a.has(t, path, kindNearCopy) {
+	if !a.has(t, path, cache.KindNearCopy) {
 		t.Fatal("the edge holds no near copy")
 	}
 	forwards := a.peerOutcome("b", peerOK)
@@ -434,7 +435,7 @@ func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
 	if code != 200 || !strings.Contains(body, `"b":200`) {
 		t.Fatalf("purge: %d %s", code, body)
 	}
-	if a.has(t, path, kindNearCopy) || b.has(t, path, kindResponse) {
+	if a.has(t, path, cache.KindNearCopy) || b.has(t, path, cache.KindResponse) {
 		t.Fatal("a copy survived the purge")
 	}
 	if code, _ := admin(t, a.p, "POST", "/purge"); code != 400 {

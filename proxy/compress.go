@@ -13,6 +13,7 @@ import (
 
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -198,14 +199,14 @@ func (c *compression) eligible(status, size int, ct, ce, cc []byte) bool {
 }
 
 // entryEligible is eligible for a stored entry. It allocates nothing.
-func (c *compression) entryEligible(e *entry) bool {
-	if e.kind != kindResponse || e.status != fasthttp.StatusOK || len(e.body) < c.minSize {
+func (c *compression) entryEligible(e *cache.Entry) bool {
+	if e.Kind != cache.KindResponse || e.Status != fasthttp.StatusOK || len(e.Body) < c.minSize {
 		return false
 	}
 	var ct, ce, cc []byte
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		switch {
 		case bytes.EqualFold(k, hContentType):
 			ct = v
@@ -215,20 +216,20 @@ func (c *compression) entryEligible(e *entry) bool {
 			cc = v
 		}
 	}
-	return c.eligible(e.status, len(e.body), ct, ce, cc)
+	return c.eligible(e.Status, len(e.Body), ct, ce, cc)
 }
 
 // headersEligible is eligible for a header list about to be stored.
-func (c *compression) headersEligible(status int, body []byte, hs []header) bool {
+func (c *compression) headersEligible(status int, body []byte, hs []cache.Header) bool {
 	var ct, ce, cc []byte
 	for _, h := range hs {
 		switch {
-		case bytes.EqualFold(h.k, hContentType):
-			ct = h.v
-		case bytes.EqualFold(h.k, hContentEncoding):
-			ce = h.v
-		case bytes.EqualFold(h.k, httpx.HCacheControl):
-			cc = h.v
+		case bytes.EqualFold(h.Name, hContentType):
+			ct = h.Value
+		case bytes.EqualFold(h.Name, hContentEncoding):
+			ce = h.Value
+		case bytes.EqualFold(h.Name, httpx.HCacheControl):
+			cc = h.Value
 		}
 	}
 	return c.eligible(status, len(body), ct, ce, cc)
@@ -237,23 +238,23 @@ func (c *compression) headersEligible(status int, body []byte, hs []header) bool
 // withVaryAE returns hs with Accept-Encoding added to its Vary (merged
 // into the last Vary field, or a new one), unless it is listed or the
 // answer varies on "*".
-func withVaryAE(hs []header) []header {
+func withVaryAE(hs []cache.Header) []cache.Header {
 	last := -1
 	for i, h := range hs {
-		if bytes.EqualFold(h.k, httpx.HVary) {
-			if httpx.ListContains(h.v, varyAE) || httpx.ListContains(h.v, []byte("*")) {
+		if bytes.EqualFold(h.Name, httpx.HVary) {
+			if httpx.ListContains(h.Value, varyAE) || httpx.ListContains(h.Value, []byte("*")) {
 				return hs
 			}
 			last = i
 		}
 	}
-	out := make([]header, len(hs), len(hs)+1)
+	out := make([]cache.Header, len(hs), len(hs)+1)
 	copy(out, hs)
 	if last < 0 {
-		return append(out, header{k: httpx.HVary, v: varyAE})
+		return append(out, cache.Header{Name: httpx.HVary, Value: varyAE})
 	}
-	v := append(append(bytes.Clone(out[last].v), ", "...), varyAE...)
-	out[last] = header{k: out[last].k, v: v}
+	v := append(append(bytes.Clone(out[last].Value), ", "...), varyAE...)
+	out[last] = cache.Header{Name: out[last].Name, Value: v}
 	return out
 }
 
@@ -310,34 +311,34 @@ func compressBody(coding, body []byte) ([]byte, error) {
 // stored under key. The sibling carries e's timing, fetch sequence, URL
 // digest and tags (so invalidation treats both alike), Content-Encoding,
 // a Vary listing Accept-Encoding and its own validator.
-func encodeSibling(e *entry, key, coding []byte) ([]byte, error) {
-	body, err := compressBody(coding, e.body)
+func encodeSibling(e *cache.Entry, key, coding []byte) ([]byte, error) {
+	body, err := compressBody(coding, e.Body)
 	if err != nil {
 		return nil, err
 	}
 	s := *e
-	s.kind = kindResponse
-	s.body = body
-	s.keyDigest = cachekey.Digest(appendSiblingKey(nil, key, coding))
-	s.etag = codedETag(e.etag, coding)
-	var hs []header
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+	s.Kind = cache.KindResponse
+	s.Body = body
+	s.KeyDigest = cachekey.Digest(appendSiblingKey(nil, key, coding))
+	s.ETag = codedETag(e.ETag, coding)
+	var hs []cache.Header
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		switch {
 		case bytes.EqualFold(k, httpx.HETag):
-			if s.etag != nil {
-				hs = append(hs, header{k: k, v: s.etag})
+			if s.ETag != nil {
+				hs = append(hs, cache.Header{Name: k, Value: s.ETag})
 			}
 			continue
 		case bytes.EqualFold(k, hContentEncoding):
 			continue
 		}
-		hs = append(hs, header{k: k, v: v})
+		hs = append(hs, cache.Header{Name: k, Value: v})
 	}
 	hs = withVaryAE(hs)
-	hs = append(hs, header{k: hContentEncoding, v: coding})
-	return appendEntry(nil, &s, e.varyList(), hs), nil
+	hs = append(hs, cache.Header{Name: hContentEncoding, Value: coding})
+	return cache.AppendEntry(nil, &s, e.VaryList(), hs), nil
 }
 
 // storeSiblings compresses a just-stored identity entry (enc, under key)
@@ -346,8 +347,8 @@ func encodeSibling(e *entry, key, coding []byte) ([]byte, error) {
 // newer store has since replaced is told apart on read by its fetch
 // sequence and stored-at time.
 func (p *Proxy) storeSiblings(rte *route, key, enc []byte) {
-	var e entry
-	if decodeEntry(enc, &e) != nil || !rte.comp.entryEligible(&e) {
+	var e cache.Entry
+	if cache.DecodeEntry(enc, &e) != nil || !rte.comp.entryEligible(&e) {
 		return
 	}
 	for i := range rte.comp.codings {
@@ -358,29 +359,23 @@ func (p *Proxy) storeSiblings(rte *route, key, enc []byte) {
 // codedSibling returns the encoded sibling of identity entry e (stored
 // under key) for coding idx: the stored one when it belongs to e (same
 // fetch and store time), else a new one, compressed now and stored.
-// Compressions of one key are serialised on its stripe, so concurrent
-// requests after an eviction compress it once. nil when compression
+// Compressions of one key are serialised on its stripe
+// (cache.PutDerived), so concurrent requests after an eviction compress
+// it once. nil when compression
 // failed (the caller serves identity).
-func (p *Proxy) codedSibling(rte *route, key []byte, e *entry, idx uint8) []byte {
+func (p *Proxy) codedSibling(rte *route, key []byte, e *cache.Entry, idx uint8) []byte {
 	coding := rte.comp.name(idx)
 	skey := appendSiblingKey(nil, key, coding)
-	digest := cachekey.Digest(skey)
-	mu := p.stripe(digest)
-	mu.Lock()
-	defer mu.Unlock()
-	if b := p.store.get(nil, skey); len(b) > 0 {
-		var s entry
-		if decodeEntry(b, &s) == nil && s.keyDigest == digest && s.fetchSeq == e.fetchSeq && s.storedAt == e.storedAt {
-			return b
-		}
-	}
-	enc, err := encodeSibling(e, key, coding)
+	enc, built, err := p.cache.PutDerived(skey, e.FetchSeq, e.StoredAt, func() ([]byte, error) {
+		return encodeSibling(e, key, coding)
+	})
 	if err != nil {
 		p.logger.Warn("compression failed, serving identity", "coding", string(coding), "err", err)
 		return nil
 	}
-	p.store.set(skey, enc)
-	p.g.compressed.Inc()
+	if built {
+		p.g.compressed.Inc()
+	}
 	return enc
 }
 
@@ -393,28 +388,28 @@ func (p *Proxy) codedSibling(rte *route, key []byte, e *entry, idx uint8) []byte
 // variant's, into the same buffer: no allocation either), or compressed
 // now. Stale and missing entries go on as identity: the miss
 // path switches the answer's coding once it has one (serveSharedCoded).
-func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *entry) ([]byte, lookupResult) {
+func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *cache.Entry) ([]byte, lookupResult) {
 	if sc.coding == codingIdentityIdx || rte.comp == nil {
 		return p.lookup(b, ctx, sc, e)
 	}
 	sc.ckey = appendSiblingKey(sc.ckey[:0], sc.key, rte.comp.name(sc.coding))
-	b, verified := p.store.getVerified(b, sc.ckey)
-	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.kind == kindResponse &&
-		p.iv.servable(e, ctx.Time()) && e.classify(e.age(ctx.Time()), &sc.cc) == stale.Fresh {
+	b, verified := p.cache.GetVerified(b, sc.ckey)
+	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == cache.KindResponse &&
+		p.cache.Invalidations().Servable(e, ctx.Time()) && e.Classify(e.Age(ctx.Time()), &sc.cc) == stale.Fresh {
 		return b, lkHit
 	}
 	b, lk := p.lookup(b, ctx, sc, e)
-	if lk != lkHit || e.classify(e.age(ctx.Time()), &sc.cc) != stale.Fresh || !rte.comp.entryEligible(e) {
+	if lk != lkHit || e.Classify(e.Age(ctx.Time()), &sc.cc) != stale.Fresh || !rte.comp.entryEligible(e) {
 		return b, lk
 	}
 	if len(sc.vkey) > 0 {
 		// A vary variant: its sibling is under the variant key. Read it
 		// into the same buffer (no allocation) and serve it when it
 		// belongs to this identity entry; else read the identity again.
-		fetchSeq, storedAt := e.fetchSeq, e.storedAt
+		fetchSeq, storedAt := e.FetchSeq, e.StoredAt
 		sc.ckey = appendSiblingKey(sc.ckey[:0], sc.vkey, rte.comp.name(sc.coding))
-		b, verified = p.store.getVerified(b, sc.ckey)
-		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.kind == kindResponse && e.fetchSeq == fetchSeq && e.storedAt == storedAt {
+		b, verified = p.cache.GetVerified(b, sc.ckey)
+		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == cache.KindResponse && e.FetchSeq == fetchSeq && e.StoredAt == storedAt {
 			return b, lkHit
 		}
 		if b, lk = p.lookup(b, ctx, sc, e); lk != lkHit {
@@ -425,8 +420,8 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 	if enc == nil {
 		return b, lk
 	}
-	var s entry
-	if decodeEntry(enc, &s) != nil {
+	var s cache.Entry
+	if cache.DecodeEntry(enc, &s) != nil {
 		return b, lk
 	}
 	ctx.Response.SwapBody(b[:0]) // the pooled buffer goes back; enc is ours
@@ -436,11 +431,11 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 
 // serveSharedCoded is serveShared for an entry a fetch stored (under
 // key): a coded request gets the entry's sibling.
-func (p *Proxy) serveSharedCoded(ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *entry, key []byte, age time.Duration, cs cacheStatus) {
+func (p *Proxy) serveSharedCoded(ctx *fasthttp.RequestCtx, sc *scratch, rte *route, e *cache.Entry, key []byte, age time.Duration, cs cacheStatus) {
 	if sc.coding != codingIdentityIdx && rte.comp != nil && rte.comp.entryEligible(e) {
 		if enc := p.codedSibling(rte, key, e, sc.coding); enc != nil {
-			var s entry
-			if decodeEntry(enc, &s) == nil {
+			var s cache.Entry
+			if cache.DecodeEntry(enc, &s) == nil {
 				p.serveShared(ctx, &s, age, cs)
 				return
 			}
@@ -487,19 +482,19 @@ func (p *Proxy) compressPassed(resp *fasthttp.Response, rte *route, idx uint8) {
 
 // addVary merges Accept-Encoding into a response head's Vary.
 func addVary(h *fasthttp.ResponseHeader) {
-	var hs []header
+	var hs []cache.Header
 	for k, v := range h.All() {
 		if bytes.EqualFold(k, httpx.HVary) {
-			hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
+			hs = append(hs, cache.Header{Name: bytes.Clone(k), Value: bytes.Clone(v)})
 		}
 	}
 	merged := withVaryAE(hs)
-	if len(merged) == len(hs) && (len(hs) == 0 || bytes.Equal(merged[len(hs)-1].v, hs[len(hs)-1].v)) {
+	if len(merged) == len(hs) && (len(hs) == 0 || bytes.Equal(merged[len(hs)-1].Value, hs[len(hs)-1].Value)) {
 		return
 	}
 	h.DelBytes(httpx.HVary)
 	for _, m := range merged {
-		h.AddBytesKV(httpx.HVary, m.v)
+		h.AddBytesKV(httpx.HVary, m.Value)
 	}
 }
 
@@ -551,6 +546,6 @@ func (p *Proxy) delSiblings(rte *route, key []byte) {
 		return
 	}
 	for _, c := range rte.comp.codings {
-		p.store.del(appendSiblingKey(nil, key, c))
+		p.cache.Del(appendSiblingKey(nil, key, c))
 	}
 }

@@ -359,7 +359,7 @@ func TestCompressEvictedSibling(t *testing.T) {
 	})
 	ctx := serve(p, get(t, "/c", "Accept-Encoding: gzip"))
 	key := primaryKey(p, ctx)
-	p.store.del(appendSiblingKey(nil, key, []byte("gzip")))
+	p.cache.Del(appendSiblingKey(nil, key, []byte("gzip")))
 	ctx = serve(p, get(t, "/c", "Accept-Encoding: gzip"))
 	r := &ctx.Response
 	if string(r.Header.Peek("Content-Encoding")) != "gzip" || decodeBody(t, "gzip", r.Body()) != compressBodyText {

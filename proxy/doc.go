@@ -6,9 +6,10 @@
 // The pure decisions live elsewhere — cache keys in cachekey, freshness
 // and storability in stale, tenant and origin limits in admission,
 // breakers and the retry budget in breaker, routes and the peer set in
-// routing — and are called with plain values. The cache, the origins and
-// the cluster are still in this package; docs/architecture.md §2 says
-// which imports the rooms they move to may have (internal/importrules
+// routing — and are called with plain values. The cache (entries, store,
+// invalidations, namespaces, the ordering of writes) is proxy/cache; the
+// origins and the cluster are still in this package. Which imports each
+// room may have is docs/architecture.md §2 (internal/importrules
 // enforces it).
 //
 // Files, in request order (internal/doccheck checks that the list names
@@ -39,12 +40,8 @@
 //	coalesce.go          in-flight fetches per key
 //	upstream.go          what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)
 //	freshness.go         origin response → stale.Facts → storable / lifetime / windows
-//	entry.go             the versioned cache entry codec
-//	entryage.go          an entry's age and freshness at a time
 //	hithead.go           a hit's head: parsed heads copied into the answer
-//	store.go             fastcache, pieces for large entries, snapshots
-//	inval.go             invalidation ordering: one clock, URL and tag invalidations
-//	purge.go             purge by URL (hard, soft) and by namespace
+//	purge.go             purge by URL (hard, soft) and by namespace (applied through proxy/cache)
 //	purgelog.go          cluster purge delivery: the purge log, retries to every holder
 //	purgesync.go         purge sync between nodes that learn of each other late (Consul)
 //	hot.go               sampled hot-key table (near copies, hand-off)

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // TestEntryHead: the prepared head of an answer parses back to its status
@@ -18,23 +19,23 @@ import (
 // cannot be sent as lines as they are, get no head (those hits set the
 // fields one by one).
 func TestEntryHead(t *testing.T) {
-	resp := entry{kind: kindResponse, status: 404}
-	fields := []header{
-		{k: []byte("Content-Type"), v: []byte("text/plain")},
-		{k: []byte("Date"), v: []byte("Tue, 15 Nov 1994 08:12:31 GMT")},
-		{k: []byte("X-A"), v: []byte("1")},
-		{k: []byte("X-A"), v: []byte("two words\tand a tab")},
-		{k: []byte("X-Empty"), v: nil},
+	resp := cache.Entry{Kind: cache.KindResponse, Status: 404}
+	fields := []cache.Header{
+		{Name: []byte("Content-Type"), Value: []byte("text/plain")},
+		{Name: []byte("Date"), Value: []byte("Tue, 15 Nov 1994 08:12:31 GMT")},
+		{Name: []byte("X-A"), Value: []byte("1")},
+		{Name: []byte("X-A"), Value: []byte("two words\tand a tab")},
+		{Name: []byte("X-Empty"), Value: nil},
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	var e entry
-	if err := decodeEntry(appendEntry(nil, &resp, nil, fields), &e); err != nil {
+	var e cache.Entry
+	if err := cache.DecodeEntry(cache.AppendEntry(nil, &resp, nil, fields), &e); err != nil {
 		t.Fatal(err)
 	}
 	var r fasthttp.Response
-	if !sc.readHead(&r, e.head) {
-		t.Fatalf("head %q does not parse", e.head)
+	if !sc.readHead(&r, e.Head) {
+		t.Fatalf("head %q does not parse", e.Head)
 	}
 	if r.StatusCode() != 404 || len(r.Header.StatusMessage()) != 0 {
 		t.Errorf("status %d %q, want 404 without a stored reason phrase", r.StatusCode(), r.Header.StatusMessage())
@@ -52,52 +53,52 @@ func TestEntryHead(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		e    entry
-		h    []header
+		e    cache.Entry
+		h    []cache.Header
 	}{
-		{"vary marker", entry{kind: kindVary}, nil},
-		{"hit-for-miss", entry{kind: kindHitForMiss}, nil},
-		{"status 0", entry{kind: kindResponse}, nil},
-		{"name with a space", resp, []header{{k: []byte("X A"), v: []byte("1")}}},
-		{"empty name", resp, []header{{k: nil, v: []byte("1")}}},
-		{"CR in a value", resp, []header{{k: []byte("X-A"), v: []byte("1\r\nX-B: 2")}}},
-		{"NUL in a value", resp, []header{{k: []byte("X-A"), v: []byte("1\x00")}}},
-		{"leading space", resp, []header{{k: []byte("X-A"), v: []byte(" 1")}}},
-		{"trailing tab", resp, []header{{k: []byte("X-A"), v: []byte("1\t")}}},
+		{"vary marker", cache.Entry{Kind: cache.KindVary}, nil},
+		{"hit-for-miss", cache.Entry{Kind: cache.KindHitForMiss}, nil},
+		{"status 0", cache.Entry{Kind: cache.KindResponse}, nil},
+		{"name with a space", resp, []cache.Header{{Name: []byte("X A"), Value: []byte("1")}}},
+		{"empty name", resp, []cache.Header{{Name: nil, Value: []byte("1")}}},
+		{"CR in a value", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte("1\r\nX-B: 2")}}},
+		{"NUL in a value", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte("1\x00")}}},
+		{"leading space", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte(" 1")}}},
+		{"trailing tab", resp, []cache.Header{{Name: []byte("X-A"), Value: []byte("1\t")}}},
 	} {
-		if err := decodeEntry(appendEntry(nil, &tc.e, nil, tc.h), &e); err != nil {
+		if err := cache.DecodeEntry(cache.AppendEntry(nil, &tc.e, nil, tc.h), &e); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if len(e.head) != 0 {
-			t.Errorf("%s: head %q, want none", tc.name, e.head)
+		if len(e.Head) != 0 {
+			t.Errorf("%s: head %q, want none", tc.name, e.Head)
 		}
 	}
 }
 
 // appendEntryV2 is appendEntry of the previous release (format 2: no
 // length before the headers, no head), for snapshots it wrote.
-func appendEntryV2(e *entry, headers []header) []byte {
-	dst := append([]byte(nil), e.body...)
+func appendEntryV2(e *cache.Entry, headers []cache.Header) []byte {
+	dst := append([]byte(nil), e.Body...)
 	metaStart := len(dst)
-	dst = append(dst, 'S', 'H', 'E', entryVersionV2, byte(e.kind))
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.status))
-	for _, v := range [...]int64{e.storedAt, e.initialAge, e.lifetime, e.swr, e.sie} {
+	dst = append(dst, 'S', 'H', 'E', 2, byte(e.Kind))
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.Status))
+	for _, v := range [...]int64{e.StoredAt, e.InitialAge, e.Lifetime, e.SWR, e.SIE} {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
-	dst = binary.LittleEndian.AppendUint64(dst, e.keyDigest)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.fetchSeq))
-	dst = binary.LittleEndian.AppendUint64(dst, e.urlDigest)
-	dst = appendBytes(dst, e.etag)
-	dst = appendBytes(dst, e.lastModified)
+	dst = binary.LittleEndian.AppendUint64(dst, e.KeyDigest)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.FetchSeq))
+	dst = binary.LittleEndian.AppendUint64(dst, e.URLDigest)
+	dst = appendBytes(dst, e.ETag)
+	dst = appendBytes(dst, e.LastModified)
 	dst = binary.AppendUvarint(dst, 0) // vary
 	dst = binary.AppendUvarint(dst, uint64(len(headers)))
 	for _, h := range headers {
-		dst = appendBytes(appendBytes(dst, h.k), h.v)
+		dst = appendBytes(appendBytes(dst, h.Name), h.Value)
 	}
 	dst = binary.AppendUvarint(dst, 0) // tags
 	sum := xxhash.Sum64(dst)
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(dst)-metaStart))
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.body)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.Body)))
 	return binary.LittleEndian.AppendUint64(dst, sum)
 }
 
@@ -109,14 +110,14 @@ func TestEntryV2Hit(t *testing.T) {
 	p := newTestProxy(t, o.addr(), nil)
 	key := primaryKey(p, get(t, "/old"))
 	date := time.Now().Add(-time.Minute).UTC().Format(http.TimeFormat)
-	e := entry{kind: kindResponse, status: 200, storedAt: time.Now().UnixNano(), lifetime: int64(time.Hour),
-		keyDigest: cachekey.Digest(key), etag: []byte(`"old"`), body: []byte("from a snapshot")}
-	v2 := appendEntryV2(&e, []header{{k: []byte("Date"), v: []byte(date)}, {k: []byte("Etag"), v: []byte(`"old"`)}, {k: []byte("X-Old"), v: []byte("1")}})
-	var got entry
-	if err := decodeEntry(v2, &got); err != nil || len(got.head) != 0 || got.headerCount != 3 {
-		t.Fatalf("decodeEntry(format 2) = %v, head %q, %d headers", err, got.head, got.headerCount)
+	e := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: time.Now().UnixNano(), Lifetime: int64(time.Hour),
+		KeyDigest: cachekey.Digest(key), ETag: []byte(`"old"`), Body: []byte("from a snapshot")}
+	v2 := appendEntryV2(&e, []cache.Header{{Name: []byte("Date"), Value: []byte(date)}, {Name: []byte("Etag"), Value: []byte(`"old"`)}, {Name: []byte("X-Old"), Value: []byte("1")}})
+	var got cache.Entry
+	if err := cache.DecodeEntry(v2, &got); err != nil || len(got.Head) != 0 || got.HeaderCount != 3 {
+		t.Fatalf("decodeEntry(format 2) = %v, head %q, %d headers", err, got.Head, got.HeaderCount)
 	}
-	p.store.c.Set(key, v2)
+	p.cache.Fastcache().Set(key, v2)
 	ctx := serve(p, get(t, "/old"))
 	h := &ctx.Response.Header
 	if s := summary(ctx); s.body != "from a snapshot" || !strings.HasPrefix(s.cacheStatus, "shield; hit") {
@@ -128,4 +129,10 @@ func TestEntryV2Hit(t *testing.T) {
 	if o.hits.Load() != 0 {
 		t.Errorf("origin asked %d times", o.hits.Load())
 	}
+}
+
+// appendBytes appends one length-prefixed field (the codec's layout).
+func appendBytes(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -37,7 +38,7 @@ type answer struct {
 	fail   failure            // ansFailed, ansOriginError
 	// private holds fields of a 304 meant for the requester only
 	// (Set-Cookie): never stored, never shared with waiters.
-	private []header
+	private []cache.Header
 	// noShare: entry answers the requester but must not reach waiters
 	// (a 304 that made the copy unstorable, or an answer an invalidation
 	// overtook while it was in flight).
@@ -66,7 +67,7 @@ type originFetch struct {
 	// req is the upstream request; with stale set it carries that
 	// stored copy's validators.
 	req   *fasthttp.Request
-	stale *entry
+	stale *cache.Entry
 	// primary is the request's primary key, flightKey the key it
 	// coalesces on (the variant key when a vary marker is known).
 	primary, flightKey []byte
@@ -87,7 +88,7 @@ func (p *Proxy) fetchOrigin(f *originFetch) answer {
 	// The fetch's place in invalidation order: taken before the origin
 	// (or the previous owner) is asked, so any invalidation after this
 	// instant outranks the answer.
-	seq := p.iv.next()
+	seq := p.cache.Invalidations().Next()
 	a := p.fetchOriginAt(seq, f)
 	a.seq = seq
 	return a
@@ -109,7 +110,7 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 			// this node knows of (a write or purge here, during the
 			// overlap) came after that copy's fetch started.
 			remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
-			if dead, _ := p.iv.verdict(remoteSeq, urlDigest, tags); !ok || dead {
+			if dead, _ := p.cache.Invalidations().Verdict(remoteSeq, urlDigest, tags); !ok || dead {
 				c.readThroughMiss.Inc()
 				resp.Reset()
 				fromPrev = false
@@ -171,20 +172,20 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		p.g.notStored.Inc()
 		return answer{kind: ansUnstorable, resp: resp, body: body, reason: d.reason}
 	}
-	e := entry{
-		kind:         kindResponse,
-		status:       status,
-		storedAt:     respTime.UnixNano(),
-		initialAge:   int64(d.initialAge),
-		lifetime:     int64(d.lifetime),
-		swr:          int64(d.swr),
-		sie:          int64(d.sie),
-		fetchSeq:     seq,
-		urlDigest:    urlDigest,
-		tags:         entryTags(fromPrev, prevTags, resp, rte),
-		etag:         bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
-		lastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
-		body:         body,
+	e := cache.Entry{
+		Kind:         cache.KindResponse,
+		Status:       status,
+		StoredAt:     respTime.UnixNano(),
+		InitialAge:   int64(d.initialAge),
+		Lifetime:     int64(d.lifetime),
+		SWR:          int64(d.swr),
+		SIE:          int64(d.sie),
+		FetchSeq:     seq,
+		URLDigest:    urlDigest,
+		Tags:         entryTags(fromPrev, prevTags, resp, rte),
+		ETag:         bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
+		LastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
+		Body:         body,
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
 	if rte.comp != nil && rte.comp.headersEligible(status, body, headers) {
@@ -242,11 +243,11 @@ func (p *Proxy) miss(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	// previous leader may have finished and stored the key (groupcache's
 	// load does the same), and fetching again would be a second origin
 	// request for one key.
-	if b := p.store.get(nil, key); len(b) > 0 {
-		var e entry
-		if decodeEntry(b, &e) == nil && e.kind == kindResponse && e.keyDigest == cachekey.Digest(key) && p.iv.servable(&e, ctx.Time()) {
-			age := e.age(ctx.Time())
-			if e.classify(age, &sc.cc) == stale.Fresh {
+	if b := p.cache.Get(nil, key); len(b) > 0 {
+		var e cache.Entry
+		if cache.DecodeEntry(b, &e) == nil && e.Kind == cache.KindResponse && e.KeyDigest == cachekey.Digest(key) && p.cache.Invalidations().Servable(&e, ctx.Time()) {
+			age := e.Age(ctx.Time())
+			if e.Classify(age, &sc.cc) == stale.Fresh {
 				f.kind, f.entry, f.key = flightShared, b, bytes.Clone(key)
 				p.serveSharedCoded(ctx, sc, rte, &e, key, age, cacheStatus{hit: true, detail: "just-stored"})
 				sc.peerTags(&ctx.Response, &e)
@@ -279,12 +280,12 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	}
 	switch f.kind {
 	case flightShared:
-		var e entry
-		if decodeEntry(f.entry, &e) != nil || !p.iv.apply(&e) {
+		var e cache.Entry
+		if cache.DecodeEntry(f.entry, &e) != nil || !p.cache.Invalidations().Apply(&e) {
 			// Invalidated after the leader's fetch started: not ours.
 			return p.fetch(ctx, rt, rte, sc, nil, staleCopy, fwd)
 		}
-		if e.varyCount > 0 {
+		if e.VaryCount > 0 {
 			// The leader's response varies: it is ours only if our
 			// values of its Vary headers are the leader's.
 			sc.vkey = appendVariantKey(sc.vkey[:0], sc.key, &e, &ctx.Request.Header)
@@ -292,7 +293,7 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 				return p.miss(ctx, rt, rte, sc, staleCopy, "vary-miss")
 			}
 		}
-		age := e.age(ctx.Time())
+		age := e.Age(ctx.Time())
 		p.serveSharedCoded(ctx, sc, rte, &e, f.key, age, cacheStatus{fwd: fwd, collapsed: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resCollapsed
@@ -307,12 +308,12 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 
 // decodeStale decodes a kept stale copy, or returns nil; a copy
 // invalidated since it was read is nil too.
-func (p *Proxy) decodeStale(staleCopy []byte, now time.Time) *entry {
+func (p *Proxy) decodeStale(staleCopy []byte, now time.Time) *cache.Entry {
 	if staleCopy == nil {
 		return nil
 	}
-	se := new(entry)
-	if decodeEntry(staleCopy, se) != nil || se.kind != kindResponse || !p.iv.servable(se, now) {
+	se := new(cache.Entry)
+	if cache.DecodeEntry(staleCopy, se) != nil || se.Kind != cache.KindResponse || !p.cache.Invalidations().Servable(se, now) {
 		return nil
 	}
 	return se
@@ -332,18 +333,18 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	now := time.Now()
 	switch a.kind {
 	case ansStored, ansRevalidated:
-		var e entry
-		_ = decodeEntry(a.entry, &e)
-		age := e.age(now)
+		var e cache.Entry
+		_ = cache.DecodeEntry(a.entry, &e)
+		age := e.Age(now)
 		if a.kind == ansRevalidated {
 			p.serveSharedCoded(ctx, sc, rte, &e, a.key, age, cacheStatus{fwd: fwd, fwdStatus: fasthttp.StatusNotModified, stored: true})
 			sc.peerTags(&ctx.Response, &e)
 			for _, h := range a.private {
-				ctx.Response.Header.AddBytesKV(h.k, h.v)
+				ctx.Response.Header.AddBytesKV(h.Name, h.Value)
 			}
 			return resRevalidated
 		}
-		p.serveSharedCoded(ctx, sc, rte, &e, a.key, age, cacheStatus{fwd: fwd, fwdStatus: e.status, stored: true})
+		p.serveSharedCoded(ctx, sc, rte, &e, a.key, age, cacheStatus{fwd: fwd, fwdStatus: e.Status, stored: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resMiss
 	case ansUnstorable:
@@ -383,7 +384,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 
 // failed answers a request whose origin fetch failed: the stale copy when
 // its stale-if-error window allows, else shield's own error.
-func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *entry, fl failure, cs cacheStatus) result {
+func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *cache.Entry, fl failure, cs cacheStatus) result {
 	if se != nil && staleServable(se, time.Now()) {
 		return p.serveStale(ctx, rte, se, staleReasonOf(fl.detail))
 	}
@@ -398,19 +399,19 @@ func (p *Proxy) failed(ctx *fasthttp.RequestCtx, rte *route, se *entry, fl failu
 // fresh (the client asked to revalidate), or inside its
 // stale-while-revalidate or stale-if-error window. Responses with
 // must-revalidate, proxy-revalidate or no-cache have no windows.
-func staleServable(se *entry, now time.Time) bool {
-	age := se.age(now)
-	return se.classify(age, nil) != stale.Expired
+func staleServable(se *cache.Entry, now time.Time) bool {
+	age := se.Age(now)
+	return se.Classify(age, nil) != stale.Expired
 }
 
 // serveStale answers from a stale copy and says why.
-func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *entry, why staleReason) result {
-	if !p.iv.servable(se, ctx.Time()) {
+func (p *Proxy) serveStale(ctx *fasthttp.RequestCtx, rte *route, se *cache.Entry, why staleReason) result {
+	if !p.cache.Invalidations().Servable(se, ctx.Time()) {
 		// Invalidated while the fetch was failing: never stand in.
 		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable", cacheStatus{fwd: "stale", detail: "invalidated"})
 		return resError
 	}
-	age := se.age(time.Now())
+	age := se.Age(time.Now())
 	ctx.Response.Reset()
 	p.serveShared(ctx, se, age, cacheStatus{hit: true, fwd: "stale", detail: staleLabels[why]})
 	rte.m.stale[why].Inc()
@@ -466,58 +467,22 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 // hop-by-hop fields). stored is false when e was not written: an
 // invalidation of its URL or tags came after its fetch started, or the
 // key holds an answer whose fetch started later.
-func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *entry, vary [][]byte, headers []header, respTime time.Time) (enc, key []byte, stored bool) {
+func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cache.Entry, vary [][]byte, headers []cache.Header, respTime time.Time) (enc, key []byte, stored bool) {
 	key = bytes.Clone(primary)
 	for _, name := range vary {
 		key = cachekey.AppendVary(key, name, h.PeekBytes(name))
 	}
-	e.keyDigest = cachekey.Digest(key)
-	enc = appendEntry(nil, e, vary, headers)
-	if dead, _ := p.iv.verdict(e.fetchSeq, e.urlDigest, e.tags); dead {
-		p.g.overtaken.Inc()
-		return enc, key, false
-	}
-	mu := p.stripe(e.keyDigest)
-	mu.Lock()
-	defer mu.Unlock()
-	if p.newerStored(key, e.fetchSeq) {
-		p.g.overtaken.Inc()
-		return enc, key, false
-	}
+	e.KeyDigest = cachekey.Digest(key)
+	enc = cache.AppendEntry(nil, e, vary, headers)
+	var o cache.PutOptions
 	if len(vary) > 0 {
-		// Keep the marker when it already names the same headers:
-		// rewriting it would invalidate every other variant.
-		var cur entry
-		curBuf := p.store.get(nil, primary)
-		if len(curBuf) == 0 || decodeEntry(curBuf, &cur) != nil || cur.kind != kindVary || !sameVary(&cur, vary) {
-			marker := entry{kind: kindVary, storedAt: respTime.UnixNano(), keyDigest: cachekey.Digest(primary), fetchSeq: e.fetchSeq, urlDigest: e.urlDigest}
-			p.store.set(primary, appendEntry(nil, &marker, vary, nil))
-		}
+		o.Vary = &cache.Vary{Primary: primary, Names: vary, At: respTime.UnixNano()}
 	}
-	p.store.set(key, enc)
+	if !p.cache.Put(key, enc, e, o) {
+		p.g.overtaken.Inc()
+		return enc, key, false
+	}
 	return enc, key, true
-}
-
-// newerStored reports whether key holds an entry whose fetch started
-// after seq (callers hold the key's stripe lock).
-func (p *Proxy) newerStored(key []byte, seq int64) bool {
-	b := p.store.get(nil, key)
-	var cur entry
-	return len(b) > 0 && decodeEntry(b, &cur) == nil && cur.kind != kindVary && cur.fetchSeq > seq
-}
-
-func sameVary(e *entry, vary [][]byte) bool {
-	if e.varyCount != len(vary) {
-		return false
-	}
-	it := e.varyNames()
-	for _, v := range vary {
-		n, ok := it.next()
-		if !ok || !bytes.Equal(n, v) {
-			return false
-		}
-	}
-	return true
 }
 
 // refresh handles a 304 to our conditional request: the stored body is
@@ -526,9 +491,9 @@ func sameVary(e *entry, vary [][]byte) bool {
 // must not be shared (Set-Cookie, unless the route allows it) go to the
 // requester only; a 304 that makes the copy unstorable (private,
 // no-store) is the requester's alone too.
-func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []byte, seq int64, reqTime, respTime time.Time, hasAuth bool) answer {
+func (p *Proxy) refresh(rte *route, se *cache.Entry, resp *fasthttp.Response, key []byte, seq int64, reqTime, respTime time.Time, hasAuth bool) answer {
 	merged, private := mergeHeaders(se, resp, respTime, rte)
-	if rte.comp != nil && rte.comp.headersEligible(se.status, se.body, merged) {
+	if rte.comp != nil && rte.comp.headersEligible(se.Status, se.Body, merged) {
 		merged = withVaryAE(merged) // a Vary in the 304 replaced the stored one
 	}
 	// Freshness is computed from the merged field set, as if the stored
@@ -536,45 +501,35 @@ func (p *Proxy) refresh(rte *route, se *entry, resp *fasthttp.Response, key []by
 	// it makes the answer unstorable unless the route allows it).
 	tmp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(tmp)
-	tmp.SetStatusCode(se.status)
+	tmp.SetStatusCode(se.Status)
 	for _, h := range merged {
-		tmp.Header.AddBytesKV(h.k, h.v)
+		tmp.Header.AddBytesKV(h.Name, h.Value)
 	}
 	for _, h := range private {
-		tmp.Header.AddBytesKV(h.k, h.v)
+		tmp.Header.AddBytesKV(h.Name, h.Value)
 	}
 	d := decide(hasAuth, tmp, rte, reqTime, respTime)
 	e := *se
-	e.storedAt = respTime.UnixNano()
-	e.fetchSeq = seq
-	e.initialAge, e.lifetime, e.swr, e.sie = int64(d.initialAge), int64(d.lifetime), int64(d.swr), int64(d.sie)
+	e.StoredAt = respTime.UnixNano()
+	e.FetchSeq = seq
+	e.InitialAge, e.Lifetime, e.SWR, e.SIE = int64(d.initialAge), int64(d.lifetime), int64(d.swr), int64(d.sie)
 	if v := tmp.Header.PeekBytes(httpx.HETag); len(v) > 0 {
-		e.etag = bytes.Clone(v)
+		e.ETag = bytes.Clone(v)
 	}
 	if v := tmp.Header.PeekBytes(httpx.HLastModified); len(v) > 0 {
-		e.lastModified = bytes.Clone(v)
+		e.LastModified = bytes.Clone(v)
 	}
 	storedKey := bytes.Clone(key)
-	e.keyDigest = cachekey.Digest(storedKey)
-	enc := appendEntry(nil, &e, se.varyList(), merged)
+	e.KeyDigest = cachekey.Digest(storedKey)
+	enc := cache.AppendEntry(nil, &e, se.VaryList(), merged)
 	a := answer{kind: ansRevalidated, entry: enc, key: storedKey, private: private, noShare: !d.storable}
 	if !d.storable {
 		return a
 	}
-	if dead, _ := p.iv.verdict(e.fetchSeq, e.urlDigest, e.tags); dead {
+	if !p.cache.Put(storedKey, enc, &e, cache.PutOptions{}) {
 		p.g.overtaken.Inc()
 		a.noShare = true
-		return a
 	}
-	mu := p.stripe(e.keyDigest)
-	mu.Lock()
-	defer mu.Unlock()
-	if p.newerStored(storedKey, e.fetchSeq) {
-		p.g.overtaken.Inc()
-		a.noShare = true
-		return a
-	}
-	p.store.set(storedKey, enc)
 	return a
 }
 
@@ -584,15 +539,10 @@ func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, seq int64, now ti
 	if rt.hitForMiss <= 0 {
 		return
 	}
-	e := entry{kind: kindHitForMiss, storedAt: now.UnixNano(), lifetime: int64(rt.hitForMiss), keyDigest: cachekey.Digest(key), fetchSeq: seq}
-	mu := p.stripe(e.keyDigest)
-	mu.Lock()
-	defer mu.Unlock()
-	if p.newerStored(key, e.fetchSeq) {
-		return
+	e := cache.Entry{Kind: cache.KindHitForMiss, StoredAt: now.UnixNano(), Lifetime: int64(rt.hitForMiss), KeyDigest: cachekey.Digest(key), FetchSeq: seq}
+	if p.cache.Put(key, cache.AppendEntry(nil, &e, nil, nil), &e, cache.PutOptions{}) {
+		p.g.hitForMiss.Inc()
 	}
-	p.store.set(key, appendEntry(nil, &e, nil, nil))
-	p.g.hitForMiss.Inc()
 }
 
 // entryTags are the surrogate key digests of a fetched answer: the
@@ -601,5 +551,5 @@ func entryTags(fromPrev bool, prevTags []byte, resp *fasthttp.Response, rte *rou
 	if fromPrev {
 		return prevTags
 	}
-	return appendTags(nil, resp.Header.PeekBytes(rte.tagHeader))
+	return cache.AppendTags(nil, resp.Header.PeekBytes(rte.tagHeader))
 }

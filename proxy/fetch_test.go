@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // closedAddr returns a 127.0.0.1 address nothing listens on.
@@ -244,8 +246,8 @@ func TestTooLargeStreamsThrough(t *testing.T) {
 			if n := o.hits.Load(); n != 2 {
 				t.Fatalf("origin got %d requests, want 2 (nothing stored)", n)
 			}
-			if e, ok := stored(t, p, primaryKey(p, get(t, "/big"))); ok && e.kind != kindHitForMiss {
-				t.Fatalf("stored an entry of kind %d for a too-large body, want none or hit-for-miss", e.kind)
+			if e, ok := stored(t, p, primaryKey(p, get(t, "/big"))); ok && e.Kind != cache.KindHitForMiss {
+				t.Fatalf("stored an entry of kind %d for a too-large body, want none or hit-for-miss", e.Kind)
 			}
 		})
 	}
@@ -256,9 +258,9 @@ func TestTooLargeStreamsThrough(t *testing.T) {
 // good entry.
 func TestCorruptEntryIsMiss(t *testing.T) {
 	good := func(key []byte) []byte {
-		e := entry{kind: kindResponse, status: 200, storedAt: time.Now().UnixNano(), lifetime: int64(time.Hour),
-			keyDigest: cachekey.Digest(key), body: []byte("planted")}
-		return appendEntry(nil, &e, nil, nil)
+		e := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: time.Now().UnixNano(), Lifetime: int64(time.Hour),
+			KeyDigest: cachekey.Digest(key), Body: []byte("planted")}
+		return cache.AppendEntry(nil, &e, nil, nil)
 	}
 	tests := []struct {
 		name  string
@@ -270,7 +272,7 @@ func TestCorruptEntryIsMiss(t *testing.T) {
 		{"other key's entry", func([]byte) []byte { return good([]byte("another key")) }},
 		{"unknown version", func(key []byte) []byte {
 			b := good(key)
-			return reseal(b, 3, entryVersion+1)
+			return reseal(b, 3, 4) // the version byte: one past the current format (3)
 		}},
 		{"short", func([]byte) []byte { return []byte{1, 2, 3} }},
 	}
@@ -281,14 +283,14 @@ func TestCorruptEntryIsMiss(t *testing.T) {
 			key := primaryKey(p, get(t, "/c"))
 			// Make sure the good entry would be served, so that a miss
 			// below is the corruption's doing.
-			p.store.set(key, good(key))
+			putEntry(t, p, key, good(key))
 			if got := summary(serve(p, get(t, "/c"))); got.body != "planted" {
 				t.Fatalf("planted good entry: response %+v, want a hit %q", got, "planted")
 			}
 			// Planted as a snapshot or an earlier release holds it: not
 			// this process's write, so read with its checksum checked
-			// (values this process stores are trusted, store.go).
-			p.store.c.Set(key, tt.value(key))
+			// (values this process stores are trusted, proxy/cache/store.go).
+			p.cache.Fastcache().Set(key, tt.value(key))
 			before := p.g.corrupt.Get()
 			got := summary(serve(p, get(t, "/c")))
 			if got.code != 200 || got.body != "from origin" || !strings.HasPrefix(got.cacheStatus, "shield; fwd=miss") {
@@ -315,10 +317,10 @@ func TestCorruptVariantIsMiss(t *testing.T) {
 	p := newTestProxy(t, o.addr(), nil)
 	serve(p, get(t, "/v", "Accept-Language: en"))
 	vkey := cachekey.AppendVary(primaryKey(p, get(t, "/v")), []byte("accept-language"), []byte("en"))
-	if e, ok := stored(t, p, vkey); !ok || string(e.body) != "v1" {
-		t.Fatalf("variant key computed by the test holds %v %q, want the stored variant", ok, e.body)
+	if e, ok := stored(t, p, vkey); !ok || string(e.Body) != "v1" {
+		t.Fatalf("variant key computed by the test holds %v %q, want the stored variant", ok, e.Body)
 	}
-	p.store.set(vkey, []byte("not an entry at all, but long enough to look like one....................."))
+	p.cache.Fastcache().Set(vkey, []byte("not an entry at all, but long enough to look like one....................."))
 	before := p.g.corrupt.Get()
 	got := summary(serve(p, get(t, "/v", "Accept-Language: en")))
 	if got.body != "v2" || !strings.HasPrefix(got.cacheStatus, "shield; fwd=vary-miss") {
@@ -327,4 +329,22 @@ func TestCorruptVariantIsMiss(t *testing.T) {
 	if n := p.g.corrupt.Get() - before; n != 1 {
 		t.Fatalf("corrupt counter rose by %d, want 1", n)
 	}
+}
+
+// reseal returns a copy of enc with the meta byte at metaOff set to v and
+// the checksum recomputed, so that only the content check can reject it
+// (the footer's last 8 bytes: xxhash of body and meta).
+func reseal(enc []byte, metaOff int, v byte) []byte {
+	var e cache.Entry
+	if err := cache.DecodeEntry(enc, &e); err != nil {
+		panic(err)
+	}
+	out := slices.Clone(enc)
+	out[len(e.Body)+metaOff] = v
+	payload := out[:len(out)-16]
+	sum := xxhash.Sum64(payload)
+	for i := range 8 {
+		out[len(out)-8+i] = byte(sum >> (8 * i))
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // handoffPath is the peer-listener path hand-off entries arrive on.
@@ -41,12 +42,12 @@ func (p *Proxy) Handoff(ctx context.Context) int {
 		if isSelf || owner.ID == self {
 			continue
 		}
-		b := p.store.get(nil, key)
-		var e entry
+		b := p.cache.Get(nil, key)
+		var e cache.Entry
 		// apply, not servable: a leaving node is out of its peers' views
 		// (out of purge sync) by now, and the new owner checks the
 		// entry's fetch start against its own invalidations at lookup.
-		if len(b) == 0 || decodeEntry(b, &e) != nil || e.kind != kindResponse || !p.iv.apply(&e) || !staleServable(&e, now) {
+		if len(b) == 0 || cache.DecodeEntry(b, &e) != nil || e.Kind != cache.KindResponse || !p.cache.Invalidations().Apply(&e) || !staleServable(&e, now) {
 			continue
 		}
 		pc := c.peers.Load().byID[owner.ID]
@@ -83,13 +84,14 @@ func (p *Proxy) takeHandoff(ctx *fasthttp.RequestCtx, c *cluster) {
 		return
 	}
 	key, raw := body[w:w+int(n)], body[w+int(n):]
-	var e entry
-	if decodeEntry(raw, &e) != nil || e.kind != kindResponse || e.keyDigest != cachekey.Digest(key) {
+	var e cache.Entry
+	if cache.DecodeEntry(raw, &e) != nil || e.Kind != cache.KindResponse || e.KeyDigest != cachekey.Digest(key) {
 		ctx.Error("bad hand-off entry\n", fasthttp.StatusBadRequest)
 		return
 	}
-	if cur := p.store.get(nil, key); len(cur) == 0 {
-		p.store.set(key, raw)
+	// Checked and stored in one step under the key's stripe: a fill that
+	// lands meanwhile is never overwritten.
+	if p.cache.Put(key, raw, &e, cache.PutOptions{IfAbsent: true}) {
 		c.handoffTaken.Inc()
 	}
 	ctx.SetStatusCode(fasthttp.StatusNoContent)

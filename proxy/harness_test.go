@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // testHost is the host every test route serves.
@@ -217,30 +218,43 @@ func primaryKey(p *Proxy, ctx *fasthttp.RequestCtx) []byte {
 	rt := p.rt.Load()
 	r := rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal())
 	rte := rt.routes[r.Index]
-	return rte.appendKey(nil, ctx, &scratch{}, p.ns.version(rte.name, rte.scoped, nil))
+	return rte.appendKey(nil, ctx, &scratch{}, p.cache.Namespaces().Version(rte.name, rte.scoped, nil))
 }
 
 // stored decodes the entry under key; ok is false when there is none.
-func stored(t testing.TB, p *Proxy, key []byte) (e entry, ok bool) {
+func stored(t testing.TB, p *Proxy, key []byte) (e cache.Entry, ok bool) {
 	t.Helper()
-	b := p.store.get(nil, key)
+	b := p.cache.Get(nil, key)
 	if len(b) == 0 {
 		return e, false
 	}
-	if err := decodeEntry(b, &e); err != nil {
+	if err := cache.DecodeEntry(b, &e); err != nil {
 		t.Fatalf("stored entry does not decode: %v", err)
 	}
 	return e, true
 }
 
 // storedHeader returns the first stored value of name in e.
-func storedHeader(e *entry, name string) (string, bool) {
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+func storedHeader(e *cache.Entry, name string) (string, bool) {
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		if strings.EqualFold(string(k), name) {
 			return string(v), true
 		}
 	}
 	return "", false
+}
+
+// putEntry stores enc under key through the cache's one write path, as
+// a fill would.
+func putEntry(t testing.TB, p *Proxy, key, enc []byte) {
+	t.Helper()
+	var e cache.Entry
+	if err := cache.DecodeEntry(enc, &e); err != nil {
+		t.Fatal(err)
+	}
+	if !p.cache.Put(key, enc, &e, cache.PutOptions{}) {
+		t.Fatal("cache.Put refused the planted entry")
+	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // TestEarlyHintsThroughOwner: a client of the edge gets the origin's 103
@@ -52,7 +54,7 @@ func TestEarlyHintsThroughOwner(t *testing.T) {
 	if !strings.HasPrefix(first, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\n") {
 		t.Errorf("miss via a, owner b: %q, want the 103 with its Link, then the 200", first)
 	}
-	if !b.has(t, path, kindResponse) {
+	if !b.has(t, path, cache.KindResponse) {
 		t.Errorf("%s not stored on its owner", path)
 	}
 	if again := raw(path); !strings.HasPrefix(again, "HTTP/1.1 200 OK\r\n") || !strings.Contains(again, "hit") {

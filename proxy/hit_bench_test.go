@@ -245,7 +245,7 @@ func BenchmarkRangeHit(b *testing.B) {
 	}
 }
 
-// BenchmarkLargeHit: a 100 KiB object (stored in pieces, store.go)
+// BenchmarkLargeHit: a 100 KiB object (stored in pieces, proxy/cache/store.go)
 // through the handler with a reused RequestCtx.
 func BenchmarkLargeHit(b *testing.B) {
 	body := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16)

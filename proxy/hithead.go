@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
@@ -16,7 +17,7 @@ import (
 // (slower still: every byte is validated). Copying a ResponseHeader that
 // already holds the fields (CopyTo) costs a quarter of parsing them and
 // half of setting them. So the entry carries its head prepared as bytes
-// (entry.go: status line and stored fields, the origin's Date among
+// (proxy/cache/entry.go: status line and stored fields, the origin's Date among
 // them), and heads keeps recently served ones parsed, one slot per key
 // digest modulo headSlots: a hit copies the parsed head, with its own
 // fields (Age, Cache-Status) set in the slot once per second.
@@ -61,29 +62,29 @@ var hitHeadEnd = []byte("Content-Length: 0\r\n\r\n")
 // Age and Cache-Status (csPrefix followed by ttl). It reports false when
 // e has no prepared head or it does not parse; resp's header is then
 // reset.
-func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *entry, age, ttl int64, csPrefix []byte) bool {
-	if len(e.head) == 0 || len(e.head)+len(hitHeadEnd) > headReadSize {
+func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age, ttl int64, csPrefix []byte) bool {
+	if len(e.Head) == 0 || len(e.Head)+len(hitHeadEnd) > headReadSize {
 		return false
 	}
 	// The slot is the key's: hashing the head would let keys with equal
 	// heads share one, but costs more than it saves; the comparison
 	// below is what makes a slot's head the entry's.
-	s := &hs.slots[e.keyDigest%headSlots]
+	s := &hs.slots[e.KeyDigest%headSlots]
 	if !s.mu.TryLock() {
-		if !sc.readHead(resp, e.head) {
+		if !sc.readHead(resp, e.Head) {
 			return false
 		}
 		stamp(&resp.Header, sc, age, ttl, csPrefix)
 		return true
 	}
 	defer s.mu.Unlock()
-	if len(s.raw) == 0 || !bytes.Equal(s.raw, e.head) {
+	if len(s.raw) == 0 || !bytes.Equal(s.raw, e.Head) {
 		// Parsed in the answer, then copied into the slot.
-		if !sc.readHead(resp, e.head) {
+		if !sc.readHead(resp, e.Head) {
 			return false
 		}
 		resp.Header.CopyTo(&s.hdr)
-		s.raw, s.stamped = append(s.raw[:0], e.head...), false
+		s.raw, s.stamped = append(s.raw[:0], e.Head...), false
 	}
 	if !s.stamped || s.age != age || s.ttl != ttl || s.cs != &csPrefix[0] {
 		stamp(&s.hdr, sc, age, ttl, csPrefix)

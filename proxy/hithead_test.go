@@ -15,11 +15,12 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // TestHitHeadOnTheWire: hits answered from the entry's prepared head
-// (entry.go, serveHead), read off one connection as a client reads them,
+// (proxy/cache/entry.go, serveHead), read off one connection as a client reads them,
 // the requests pipelined: every answer keeps the connection open, carries
 // its origin's Date once, one Age, a hit Cache-Status, the stored fields,
 // the body's length and the reason phrase of its own status — also a
@@ -133,12 +134,12 @@ func TestCanonicalNames(t *testing.T) {
 // fields and its own Age, whether copied from the slot, parsed while
 // another hit holds it, or parsed into it in place of the other head.
 func TestHeadsSharedSlot(t *testing.T) {
-	mk := func(n int) (entry, string) {
+	mk := func(n int) (cache.Entry, string) {
 		v := strconv.Itoa(n)
-		enc := appendEntry(nil, &entry{kind: kindResponse, status: 200, keyDigest: uint64(n) * headSlots, body: []byte("b")}, nil,
-			[]header{{k: []byte("Date"), v: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {k: []byte("X-N"), v: []byte(v)}})
-		var e entry
-		if err := decodeEntry(enc, &e); err != nil {
+		enc := cache.AppendEntry(nil, &cache.Entry{Kind: cache.KindResponse, Status: 200, KeyDigest: uint64(n) * headSlots, Body: []byte("b")}, nil,
+			[]cache.Header{{Name: []byte("Date"), Value: []byte("Tue, 15 Nov 1994 08:12:31 GMT")}, {Name: []byte("X-N"), Value: []byte(v)}})
+		var e cache.Entry
+		if err := cache.DecodeEntry(enc, &e); err != nil {
 			t.Fatal(err)
 		}
 		return e, v

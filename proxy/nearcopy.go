@@ -6,6 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 )
@@ -27,25 +28,25 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster, rt *runtimeCo
 		return false
 	}
 	seq = min(seq, remoteSeq)
-	if dead, _ := p.iv.verdict(seq, sc.urlDigest(), tags); dead {
+	if dead, _ := p.cache.Invalidations().Verdict(seq, sc.urlDigest(), tags); dead {
 		return false
 	}
 	now := time.Now()
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	if d := decide(hasAuth, resp, rte, reqTime, now); d.storable {
-		e := entry{
-			kind:       kindNearCopy,
-			status:     resp.StatusCode(),
-			storedAt:   now.UnixNano(),
-			initialAge: int64(d.initialAge),
-			lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
-			body:       body,
-			etag:       bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
-			fetchSeq:   seq,
-			urlDigest:  sc.urlDigest(),
-			tags:       tags,
+		e := cache.Entry{
+			Kind:       cache.KindNearCopy,
+			Status:     resp.StatusCode(),
+			StoredAt:   now.UnixNano(),
+			InitialAge: int64(d.initialAge),
+			Lifetime:   int64(min(d.lifetime, c.opts.HotKeyMaxAge+d.initialAge)),
+			Body:       body,
+			ETag:       bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
+			FetchSeq:   seq,
+			URLDigest:  sc.urlDigest(),
+			Tags:       tags,
 		}
-		e.lastModified = bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified))
+		e.LastModified = bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified))
 		headers, vary := storedHeaders(resp, now, rte, d.strip)
 		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
 		c.nearStored.Inc()

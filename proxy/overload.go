@@ -7,6 +7,7 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/valyala/fasthttp"
 	"time"
 )
@@ -124,8 +125,8 @@ func jitterLifetime(lifetime time.Duration, jitter, u float64) time.Duration {
 // conditional request when e has a validator. Before the point, or while
 // a fetch of the key is in flight, it does nothing and allocates nothing;
 // only starting the refresh allocates (a copy of b, the request).
-func (p *Proxy) eagerRefresh(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *entry, b []byte, age time.Duration) {
-	if e.kind == kindNearCopy || float64(age) < float64(e.lifetime)*rte.eagerRefresh {
+func (p *Proxy) eagerRefresh(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte, age time.Duration) {
+	if e.Kind == cache.KindNearCopy || float64(age) < float64(e.Lifetime)*rte.eagerRefresh {
 		return
 	}
 	key := sc.flightKey()

@@ -22,10 +22,10 @@ func (p *Proxy) passUnsafe(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		sc := scratchPool.Get().(*scratch)
 		sc.reset()
 		sc.tid = tid
-		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
+		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, tid))
 		// Every variant of the URL, and any fetch of it still in flight.
-		p.iv.invalidateURL(sc.urlDigest(), false)
-		p.store.del(sc.key)
+		p.cache.Invalidations().InvalidateURL(sc.urlDigest(), false)
+		p.cache.Del(sc.key)
 		if p.cluster.Load() != nil && !fromPeer {
 			scheme := "http://"
 			if ctx.IsTLS() {
@@ -85,9 +85,9 @@ func (p *Proxy) invalidateRelated(ctx *fasthttp.RequestCtx, rt *runtimeConfig, t
 		sc := scratchPool.Get().(*scratch)
 		sc.reset()
 		sc.tid = tid
-		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
-		p.iv.invalidateURL(sc.urlDigest(), false)
-		p.store.del(sc.key)
+		sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, tid))
+		p.cache.Invalidations().InvalidateURL(sc.urlDigest(), false)
+		p.cache.Del(sc.key)
 		scratchPool.Put(sc)
 		ctx.Request.SetRequestURI(orig)
 		if p.cluster.Load() != nil && !fromPeer {

@@ -21,6 +21,7 @@ import (
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 	"github.com/shield-proxy/shield/topk"
@@ -32,25 +33,22 @@ import (
 // and call Close on shutdown (it saves the cache when cache.path is set).
 type Proxy struct {
 	logger *slog.Logger
-	store  *store
-	heads  *heads // parsed heads of recent hits (hithead.go)
-	g      *globalMetrics
-	fl     flights
+	// cache holds the entries, the invalidation table, the namespace
+	// versions and the rule that orders writes (proxy/cache).
+	cache *cache.Cache
+	heads *heads // parsed heads of recent hits (hithead.go)
+	g     *globalMetrics
+	fl    flights
 
 	// rt is the configuration in force. Readers load it once per request
 	// and never lock; Apply builds a new value and swaps it.
 	rt atomic.Pointer[runtimeConfig]
 
-	cachePath string
-	ready     atomic.Bool
-	requests  atomic.Uint64 // for access-log sampling
+	ready    atomic.Bool
+	requests atomic.Uint64 // for access-log sampling
 
 	// cluster is nil on a single node; set once by SetCluster.
 	cluster atomic.Pointer[cluster]
-	ns      *namespaces
-	iv      *invalidations
-	stripes [64]sync.Mutex // per-key store ordering (stripe)
-	ivMu    sync.Mutex     // serialises saving the invalidation table
 	plog    *purgeLog
 	// hold is set while snapshot entries wait for the purge catch-up.
 	hold *snapshotHold
@@ -160,31 +158,16 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	}
 	p := &Proxy{
 		logger:       logger.With("component", "proxy"),
-		cachePath:    cfg.Cache.Path,
 		origins:      make(map[string]*originState),
 		routeMetrics: make(map[string]*routeMetrics),
 		top:          topk.New(0, 0, 0),
 		started:      time.Now(),
 	}
 	p.heads = new(heads)
-	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
-	p.ns = newNamespaces()
-	p.iv = newInvalidations()
+	p.cache = cache.Open(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.plog = newPurgeLog(time.Now())
-	if p.cachePath != "" {
-		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {
-			p.logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
-			p.iv.invalidateAll()
-		}
-		if err := p.iv.load(p.cachePath + ".inval"); err != nil && !os.IsNotExist(err) {
-			// Without the table we cannot tell which snapshot entries
-			// were purged: none of them is served.
-			p.logger.Warn("invalidation table unreadable; dropping the snapshot", "err", err)
-			p.iv.invalidateAll()
-		}
-	}
 	p.holdSnapshot(cfg)
-	p.g = newGlobalMetrics(p.store.c)
+	p.g = newGlobalMetrics(p.cache.Fastcache())
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.g.set.RegisterMetricsWriter(p.writeTopKeyMetrics)
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
@@ -508,49 +491,26 @@ func (p *Proxy) SetReady(v bool) { p.ready.Store(v) }
 func (p *Proxy) Close() error {
 	p.bgCancel()
 	p.bgWG.Wait()
-	if p.cachePath == "" {
+	path := p.cache.Path()
+	if path == "" {
 		return nil
 	}
 	start := time.Now()
-	if err := p.store.save(p.cachePath); err != nil {
+	if err := p.cache.SaveSnapshot(); err != nil {
 		return err
 	}
-	if err := p.plog.save(p.cachePath+".purgelog", start); err != nil {
+	if err := p.plog.save(path+".purgelog", start); err != nil {
 		return err
 	}
-	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
+	if err := p.cache.SaveInvalidations(); err != nil {
 		return err
 	}
-	if err := p.saveInvalidations(); err != nil {
-		return err
-	}
-	p.logger.Info("cache snapshot saved", "path", p.cachePath, "took", time.Since(start).String())
+	p.logger.Info("cache snapshot saved", "path", path, "took", time.Since(start).String())
 	return nil
 }
 
 // Handler is the public listener's request handler.
 func (p *Proxy) Handler() fasthttp.RequestHandler { return p.serve }
-
-// stripe is the lock ordering stores of one key.
-func (p *Proxy) stripe(digest uint64) *sync.Mutex { return &p.stripes[digest%uint64(len(p.stripes))] }
-
-// saveInvalidations persists the invalidation table and namespace
-// versions beside the snapshot (after every purge, so that a crash does
-// not forget one).
-func (p *Proxy) saveInvalidations() error {
-	if p.cachePath == "" {
-		return nil
-	}
-	p.ivMu.Lock()
-	defer p.ivMu.Unlock()
-	if err := os.MkdirAll(parentDir(p.cachePath), 0o755); err != nil {
-		return fmt.Errorf("proxy: save invalidations: %w", err)
-	}
-	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
-		return err
-	}
-	return p.iv.save(p.cachePath + ".inval")
-}
 
 // snapshotHold keeps a loaded snapshot's entries unserved until the
 // node has caught up on the purges it missed (purgelog.go).
@@ -568,10 +528,10 @@ const clockSkew = 5 * time.Second
 // cluster and loaded a non-empty snapshot: other nodes may have purged
 // while it was down.
 func (p *Proxy) holdSnapshot(cfg *config.Config) {
-	if p.cachePath == "" {
+	if p.cache.Path() == "" {
 		return
 	}
-	f, err := loadPurgeLog(p.cachePath + ".purgelog")
+	f, err := loadPurgeLog(p.cache.Path() + ".purgelog")
 	if err == nil {
 		for _, r := range f.Records {
 			p.plog.add(r)
@@ -580,19 +540,19 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 		p.logger.Warn("purge log unreadable", "err", err)
 	}
 	var st fastcache.Stats
-	p.store.c.UpdateStats(&st)
+	p.cache.Fastcache().UpdateStats(&st)
 	if cfg.Cluster == nil || st.EntriesCount == 0 {
 		return
 	}
-	h := &snapshotHold{global: p.iv.global.Load(), logSince: p.plog.since}
+	h := &snapshotHold{global: p.cache.Invalidations().Global.Load(), logSince: p.plog.since}
 	if err == nil && f.SavedAt > 0 {
 		h.since = f.SavedAt - int64(clockSkew)
 		h.logSince = f.Since
 	} else {
 		h.since = 0 // unknown: only a log complete since the beginning will do
 	}
-	p.iv.invalidateAll()
-	h.held = p.iv.global.Load()
+	p.cache.Invalidations().InvalidateAll()
+	h.held = p.cache.Invalidations().Global.Load()
 	p.hold = h
 }
 
@@ -601,7 +561,7 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 func (p *Proxy) releaseSnapshot() {
 	h := p.hold
 	// Unless a replayed "purge everything" raised it meanwhile.
-	p.iv.global.CompareAndSwap(h.held, h.global)
+	p.cache.Invalidations().Global.CompareAndSwap(h.held, h.global)
 	p.plog.mu.Lock()
 	p.plog.since = min(p.plog.since, h.logSince)
 	p.plog.mu.Unlock()

@@ -5,19 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"sync"
-	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // Purge.
 //
 //   - By URL and by tag (surrogate key): an entry in the invalidation
-//     table (inval.go) makes every entry of that URL — all key_headers
+//     table (proxy/cache/inval.go) makes every entry of that URL — all key_headers
 //     and Vary variants — or carrying that tag, fetched before the purge,
 //     a miss; a soft purge makes them stale from the purge instant (they
 //     can still be served inside their stale-while-revalidate and
@@ -38,79 +36,6 @@ import (
 // rewritten after every purge and saved with the snapshot, so a restart
 // does not resurrect purged entries.
 
-// namespaces holds the namespace versions. Reads are lock-free snapshots.
-type namespaces struct {
-	mu      sync.Mutex // serialises bumps
-	routes  atomic.Pointer[map[string]uint16]
-	tenants atomic.Pointer[map[string]uint16]
-}
-
-func newNamespaces() *namespaces {
-	n := &namespaces{}
-	r, t := map[string]uint16{}, map[string]uint16{}
-	n.routes.Store(&r)
-	n.tenants.Store(&t)
-	return n
-}
-
-// version returns the key namespace for a route and, when scoped, a
-// tenant identity. It does not allocate.
-func (n *namespaces) version(route string, scoped bool, tid []byte) uint32 {
-	v := uint32((*n.routes.Load())[route]) << 16
-	if scoped {
-		v |= uint32((*n.tenants.Load())[string(tid)])
-	}
-	return v
-}
-
-func (n *namespaces) bump(which *atomic.Pointer[map[string]uint16], name string) uint16 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	old := *which.Load()
-	next := make(map[string]uint16, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name]++
-	which.Store(&next)
-	return next[name]
-}
-
-type nsFile struct {
-	Routes  map[string]uint16 `json:"routes"`
-	Tenants map[string]uint16 `json:"tenants"`
-}
-
-func (n *namespaces) save(path string) error {
-	b, err := json.Marshal(nsFile{Routes: *n.routes.Load(), Tenants: *n.tenants.Load()})
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("proxy: save namespaces: %w", err)
-	}
-	return os.Rename(tmp, path)
-}
-
-func (n *namespaces) load(path string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var f nsFile
-	if err := json.Unmarshal(b, &f); err != nil {
-		return fmt.Errorf("proxy: namespaces %s: %w", path, err)
-	}
-	if f.Routes != nil {
-		n.routes.Store(&f.Routes)
-	}
-	if f.Tenants != nil {
-		n.tenants.Store(&f.Tenants)
-	}
-	return nil
-}
-
 // PurgeResult says what a purge did.
 type PurgeResult struct {
 	Kind      string `json:"kind"` // url, soft-url, tag, soft-tag, route, tenant
@@ -128,7 +53,7 @@ var errPurge = errors.New("proxy: bad purge request")
 func (p *Proxy) Purge(args url.Values) (PurgeResult, error) {
 	res, err := p.purge(args)
 	if err == nil {
-		if serr := p.saveInvalidations(); serr != nil {
+		if serr := p.cache.SaveInvalidations(); serr != nil {
 			p.logger.Error("purge applied but not persisted", "err", serr)
 		}
 	}
@@ -143,14 +68,14 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 	case args.Get("all") == "1":
 		// Everything fetched before now: what a peer gets when its purge
 		// queue overflowed.
-		p.iv.invalidateAll()
+		p.cache.Invalidations().InvalidateAll()
 		return PurgeResult{Kind: "all"}, nil
 	case args.Get("tag") != "":
 		tag := args.Get("tag")
 		if len(tag) > 1024 {
 			return PurgeResult{}, fmt.Errorf("%w: tag longer than 1024 bytes", errPurge)
 		}
-		p.iv.invalidateTag([]byte(tag), soft)
+		p.cache.Invalidations().InvalidateTag([]byte(tag), soft)
 		kind := "tag"
 		if soft {
 			kind = "soft-tag"
@@ -161,12 +86,12 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 		if !p.hasRoute(name) {
 			return PurgeResult{}, fmt.Errorf("%w: unknown route %q", errPurge, name)
 		}
-		v := p.ns.bump(&p.ns.routes, name)
+		v := p.cache.Namespaces().BumpRoute(name)
 		p.namespaceWrapped(v)
 		return PurgeResult{Kind: "route", Target: name, Namespace: v}, nil
 	case args.Get("tenant") != "":
 		name := args.Get("tenant")
-		v := p.ns.bump(&p.ns.tenants, name)
+		v := p.cache.Namespaces().BumpTenant(name)
 		p.namespaceWrapped(v)
 		return PurgeResult{Kind: "tenant", Target: name, Namespace: v}, nil
 	}
@@ -178,7 +103,7 @@ func (p *Proxy) purge(args url.Values) (PurgeResult, error) {
 // may still be in the cache and would otherwise be served again.
 func (p *Proxy) namespaceWrapped(v uint16) {
 	if v == 0 {
-		p.iv.invalidateAll()
+		p.cache.Invalidations().InvalidateAll()
 	}
 }
 
@@ -212,7 +137,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		tid = rte.tenant
 	}
 	parts := cachekey.Parts{
-		Namespace: p.ns.version(rte.name, rte.scoped, tid),
+		Namespace: p.cache.Namespaces().Version(rte.name, rte.scoped, tid),
 		Route:     rte.name,
 		Scheme:    []byte(u.Scheme),
 		Host:      []byte(u.Host),
@@ -223,17 +148,17 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		parts.Tenant = tid
 	}
 	urlPart := cachekey.AppendURL(nil, rte.rules, &parts)
-	p.iv.invalidateURL(cachekey.Digest(urlPart), soft)
+	p.cache.Invalidations().InvalidateURL(cachekey.Digest(urlPart), soft)
 	key := rte.rules.AppendHeaders(urlPart, nil)
 	res := PurgeResult{Kind: "url", Target: raw}
-	b := p.store.get(nil, key)
-	var e entry
-	res.Found = len(b) > 0 && decodeEntry(b, &e) == nil
+	b := p.cache.Get(nil, key)
+	var e cache.Entry
+	res.Found = len(b) > 0 && cache.DecodeEntry(b, &e) == nil
 	if soft {
 		res.Kind = "soft-url"
 		return res, nil
 	}
-	p.store.del(key)
+	p.cache.Del(key)
 	p.delSiblings(rte, key) // dead already (same URL digest), freed at once too
 	return res, nil
 }

@@ -210,7 +210,7 @@ func (p *Proxy) stallWatch(c *cluster) {
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
 	last := time.Now()
-	p.iv.lease.Store(last.Add(stallLease).UnixNano())
+	p.cache.Invalidations().Lease.Store(last.Add(stallLease).UnixNano())
 	for {
 		select {
 		case <-p.bgCtx.Done():
@@ -225,7 +225,7 @@ func (p *Proxy) stallWatch(c *cluster) {
 				"gap", gap.Round(time.Millisecond).String())
 		}
 		last = now
-		p.iv.lease.Store(now.Add(stallLease).UnixNano())
+		p.cache.Invalidations().Lease.Store(now.Add(stallLease).UnixNano())
 	}
 }
 
@@ -350,7 +350,7 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 		if !ans.Complete {
 			// Records after our position left the peer's ring: which
 			// URLs they named is unknown.
-			p.iv.invalidateAll()
+			p.cache.Invalidations().InvalidateAll()
 			p.logger.Warn("purge log from a peer was incomplete: everything fetched before now is dropped", "peer", id)
 		}
 	}
@@ -391,7 +391,7 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 			ps.tryingAt = now
 		}
 	case !ps.synced && ps.inView && !ps.tryingAt.IsZero() && now.Sub(ps.tryingAt) > catchUpWindow:
-		p.iv.invalidateAll()
+		p.cache.Invalidations().InvalidateAll()
 		ps.synced = true
 		ps.tryingAt = time.Time{}
 		p.logger.Warn("peer unreachable since it joined the view: its purges are unknown, everything fetched before now is dropped", "peer", id, "err", err)

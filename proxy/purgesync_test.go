@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/statuspage"
 )
 
@@ -32,7 +33,7 @@ func (n *testNode) adminPurge(t *testing.T, args url.Values) string {
 	return string(ctx.Response.Body())
 }
 
-func (n *testNode) gated() bool { return n.p.iv.gated.Load() }
+func (n *testNode) gated() bool { return n.p.cache.Invalidations().Gated.Load() }
 
 // peerSynced is the status page's purge_synced for peer id.
 func peerSynced(peers []statuspage.Peer, id string) bool {
@@ -162,7 +163,7 @@ func TestPurgeRetriedUntilDelivered(t *testing.T) {
 	a, b := c.node("a"), c.node("b")
 	path := pathWhere(t, "retry", func(p string) bool { return b.owner(t, p) == "b" })
 	b.get(t, path)
-	if !b.has(t, path, kindResponse) {
+	if !b.has(t, path, cache.KindResponse) {
 		t.Fatalf("%s not stored on its owner b", path)
 	}
 	body := a.adminPurge(t, url.Values{"url": {"http://" + testHost + path}})
@@ -170,12 +171,12 @@ func TestPurgeRetriedUntilDelivered(t *testing.T) {
 		t.Errorf("purge answer %s, want b's 503 reported", body)
 	}
 	waitUntil(t, "a retried the purge", func() bool { return a.p.g.peerPurgeRetries.Get() >= 2 })
-	if !b.has(t, path, kindResponse) {
+	if !b.has(t, path, cache.KindResponse) {
 		t.Fatal("b's copy went before the purge got through: the test did not hold the purge back")
 	}
 	failing.Store(false)
 	before := c.origin.hits(path)
-	waitUntil(t, "the purge reached b", func() bool { return !b.has(t, path, kindResponse) })
+	waitUntil(t, "the purge reached b", func() bool { return !b.has(t, path, cache.KindResponse) })
 	if r := b.get(t, path); strings.Contains(r.cacheStatus, "hit") || c.origin.hits(path) != before+1 {
 		t.Errorf("GET via b after the retried purge: %q, origin %d → %d; want a miss", r.cacheStatus, before, c.origin.hits(path))
 	}
@@ -257,7 +258,7 @@ func TestReadThroughWhileOutOfSync(t *testing.T) {
 		return a.owner(t, p) == "a" && c.ownerIn(t, p, "a", "b", "c") == "c"
 	})
 	a.get(t, path)
-	if !a.has(t, path, kindResponse) {
+	if !a.has(t, path, cache.KindResponse) {
 		t.Fatalf("%s not stored on its owner a", path)
 	}
 	refuse.Store(true)
@@ -312,7 +313,7 @@ func TestPurgeAnswerNotHeldByHungPeer(t *testing.T) {
 	for i := range 3 {
 		p := pathWhere(t, "hung"+strconv.Itoa(i), func(p string) bool { return a.owner(t, p) == "c" })
 		cn.get(t, p)
-		if !cn.has(t, p, kindResponse) {
+		if !cn.has(t, p, cache.KindResponse) {
 			t.Fatalf("%s not stored on its owner c", p)
 		}
 		paths = append(paths, p)
@@ -336,12 +337,12 @@ func TestPurgeAnswerNotHeldByHungPeer(t *testing.T) {
 			t.Errorf("purge %d answered in %v, want under %v", i, took, limit)
 		}
 	}
-	if !cn.has(t, paths[0], kindResponse) {
+	if !cn.has(t, paths[0], cache.KindResponse) {
 		t.Fatal("c's copy went while its purge handler was blocked: the test did not hold the purge back")
 	}
 	unblock()
 	for _, p := range paths {
-		waitUntil(t, "c got the purge of "+p, func() bool { return !cn.has(t, p, kindResponse) })
+		waitUntil(t, "c got the purge of "+p, func() bool { return !cn.has(t, p, cache.KindResponse) })
 	}
 	waitUntil(t, "a's queue for c drained", func() bool {
 		cl := a.p.cluster.Load()
@@ -374,7 +375,7 @@ func TestStallClosesCache(t *testing.T) {
 	c := newTestCluster(t, setup, "a", "b")
 	a := c.node("a")
 	waitUntil(t, "in sync", func() bool { return !a.gated() })
-	if l := a.p.iv.lease.Load(); l == 0 {
+	if l := a.p.cache.Invalidations().Lease.Load(); l == 0 {
 		t.Fatal("no lease with dynamic membership: the watchdog is not running")
 	}
 	path := pathWhere(t, "stall", func(p string) bool { return a.owner(t, p) == "a" })

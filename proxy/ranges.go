@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // Range requests (RFC 9110 §14). shield stores whole objects: a Range
@@ -107,15 +109,15 @@ func atoiRange(b []byte) (int, bool) {
 // ifRangeMatches reports whether If-Range (absent: true) holds for e:
 // an entity tag must equal the stored strong ETag, a date the stored
 // Last-Modified exactly (RFC 9110 §13.1.5: strong comparison only).
-func ifRangeMatches(h *fasthttp.RequestHeader, e *entry) bool {
+func ifRangeMatches(h *fasthttp.RequestHeader, e *cache.Entry) bool {
 	v := bytes.TrimSpace(h.PeekBytes(hIfRange))
 	if len(v) == 0 {
 		return true
 	}
 	if v[0] == '"' || bytes.HasPrefix(v, []byte("W/")) {
-		return v[0] == '"' && len(e.etag) > 0 && e.etag[0] == '"' && bytes.Equal(v, e.etag)
+		return v[0] == '"' && len(e.ETag) > 0 && e.ETag[0] == '"' && bytes.Equal(v, e.ETag)
 	}
-	return len(e.lastModified) > 0 && bytes.Equal(v, e.lastModified)
+	return len(e.LastModified) > 0 && bytes.Equal(v, e.LastModified)
 }
 
 var (
@@ -130,8 +132,8 @@ var (
 
 // wantsRange reports whether a range answer applies: a GET with Range
 // for a stored 200.
-func wantsRange(h *fasthttp.RequestHeader, e *entry) bool {
-	return e.status == fasthttp.StatusOK && h.IsGet() && len(h.PeekCanonical(hRange)) > 0
+func wantsRange(h *fasthttp.RequestHeader, e *cache.Entry) bool {
+	return e.Status == fasthttp.StatusOK && h.IsGet() && len(h.PeekCanonical(hRange)) > 0
 }
 
 // appendContentRange appends "bytes first-last/size".
@@ -149,7 +151,7 @@ func appendContentRange(dst []byte, r byteRange, size int) []byte {
 // slice of full to send), 206 multipart/byteranges (a new body), or 416.
 // whole is true when Range is ignored and the full body goes out. tmp is
 // scratch for formatting; ranges is scratch for parsing.
-func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *entry, full []byte, tmp []byte, ranges []byteRange) (part, multipart []byte, whole bool, tmpOut []byte, rangesOut []byteRange) {
+func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *cache.Entry, full []byte, tmp []byte, ranges []byteRange) (part, multipart []byte, whole bool, tmpOut []byte, rangesOut []byteRange) {
 	resp.Header.SetBytesKV(hAcceptRanges, bytesUnit)
 	if !ifRangeMatches(h, e) {
 		return nil, nil, true, tmp, ranges

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
@@ -210,7 +211,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	}
 
 	sc.coding = rte.canonicalEncoding(h)
-	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.ns.version(rte.name, rte.scoped, tid))
+	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
 	sc.checked = readThrough
@@ -234,20 +235,20 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	// Look up into the response's own body buffer: on a hit it goes back
 	// to the response truncated to the body, so nothing is copied.
 	b := ctx.Response.SwapBody(nil)
-	var e entry
+	var e cache.Entry
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	if p.top.Sample() {
 		// One request in topk.DefaultSample feeds the top-keys view;
 		// the others pay one atomic add.
 		hit := lk == lkHit
-		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.kind == kindNearCopy, now, ctx.Host(), ctx.RequestURI())
+		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.Kind == cache.KindNearCopy, now, ctx.Host(), ctx.RequestURI())
 	}
 	if forwardTo != nil {
 		// A fresh local copy (a near copy of a hot key) answers without
 		// the hop; anything else goes to the owner.
-		if lk == lkHit && e.kind == kindNearCopy {
-			age := e.age(now)
-			if stale.Classify(age, time.Duration(e.lifetime), 0, 0, &sc.cc) == stale.Fresh {
+		if lk == lkHit && e.Kind == cache.KindNearCopy {
+			age := e.Age(now)
+			if stale.Classify(age, time.Duration(e.Lifetime), 0, 0, &sc.cc) == stale.Fresh {
 				c.nearHits.Inc()
 				p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 				return resHit
@@ -269,8 +270,8 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	}
 	switch lk {
 	case lkHit:
-		age := e.age(now)
-		st := e.classify(age, &sc.cc)
+		age := e.Age(now)
+		st := e.Classify(age, &sc.cc)
 		switch {
 		case st == stale.Fresh:
 			if rte.eagerRefresh > 0 && !readThrough {
@@ -328,33 +329,33 @@ const (
 // variant. It leaves the key the request must use from now on (for
 // fetching, coalescing and storing) in sc.vkey when it is a variant key,
 // and returns b (the buffer) holding the entry e was decoded from.
-func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry) ([]byte, lookupResult) {
+func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry) ([]byte, lookupResult) {
 	sc.vkey = sc.vkey[:0]
-	b, verified := p.store.getVerified(b, sc.key)
+	b, verified := p.cache.GetVerified(b, sc.key)
 	if len(b) == 0 {
 		return b, lkMiss
 	}
 	if !p.decode(b, sc.key, e, verified) {
-		p.store.del(sc.key)
+		p.cache.Del(sc.key)
 		return b, lkMiss
 	}
-	if e.kind == kindVary {
-		markerAt := e.storedAt
+	if e.Kind == cache.KindVary {
+		markerAt := e.StoredAt
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
-		b, verified = p.store.getVerified(b, sc.vkey)
+		b, verified = p.cache.GetVerified(b, sc.vkey)
 		if len(b) == 0 {
 			return b, lkVaryMiss
 		}
 		if !p.decode(b, sc.vkey, e, verified) {
-			p.store.del(sc.vkey)
+			p.cache.Del(sc.vkey)
 			return b, lkVaryMiss
 		}
-		if e.storedAt < markerAt || e.kind == kindVary {
+		if e.StoredAt < markerAt || e.Kind == cache.KindVary {
 			return b, lkVaryMiss
 		}
 	}
-	if e.kind == kindHitForMiss {
-		if ctx.Time().UnixNano() < e.storedAt+e.lifetime {
+	if e.Kind == cache.KindHitForMiss {
+		if ctx.Time().UnixNano() < e.StoredAt+e.Lifetime {
 			return b, lkHitForMiss
 		}
 		if len(sc.vkey) > 0 {
@@ -363,10 +364,10 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 		return b, lkMiss
 	}
 	// Purged (by URL or tag) since this entry's fetch started: a miss;
-	// soft-purged: stale from the purge on (inval.go). Out of purge sync
+	// soft-purged: stale from the purge on (proxy/cache/inval.go). Out of purge sync
 	// nothing is served (servable), except to a reader that checks the
 	// entry against its own invalidations (a read-through).
-	if !p.iv.servable(e, ctx.Time()) && !(sc.checked && p.iv.apply(e)) {
+	if !p.cache.Invalidations().Servable(e, ctx.Time()) && !(sc.checked && p.cache.Invalidations().Apply(e)) {
 		if len(sc.vkey) > 0 {
 			return b, lkVaryMiss
 		}
@@ -377,8 +378,8 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *entry
 
 // decode parses b and checks it was stored under key; anything else is
 // counted and treated as a miss.
-func (p *Proxy) decode(b, key []byte, e *entry, verified bool) bool {
-	if err := decodeEntryCheck(b, e, !verified); err != nil || e.keyDigest != cachekey.Digest(key) {
+func (p *Proxy) decode(b, key []byte, e *cache.Entry, verified bool) bool {
+	if err := cache.DecodeEntryCheck(b, e, !verified); err != nil || e.KeyDigest != cachekey.Digest(key) {
 		p.g.corrupt.Inc()
 		return false
 	}
@@ -387,10 +388,10 @@ func (p *Proxy) decode(b, key []byte, e *entry, verified bool) bool {
 
 // appendVariantKey appends primary plus the request's values of the
 // marker's Vary headers (docs/architecture.md §3).
-func appendVariantKey(dst, primary []byte, marker *entry, h *fasthttp.RequestHeader) []byte {
+func appendVariantKey(dst, primary []byte, marker *cache.Entry, h *fasthttp.RequestHeader) []byte {
 	dst = append(dst, primary...)
-	it := marker.varyNames()
-	for name, ok := it.next(); ok; name, ok = it.next() {
+	it := marker.VaryNames()
+	for name, ok := it.Next(); ok; name, ok = it.Next() {
 		dst = cachekey.AppendVary(dst, name, h.PeekBytes(name))
 	}
 	return dst
@@ -443,10 +444,10 @@ var (
 // response's own body buffer: the body goes back with SwapBody, so a hit
 // copies headers only. Client conditionals are answered here (RFC 9110
 // §13.1): If-None-Match wins over If-Modified-Since.
-func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []byte, age time.Duration, csPrefix []byte) {
+func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
 	notModified := sc.present&fieldsConditional != 0 && p.notModified(&ctx.Request.Header, e)
-	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.lifetime)-age)/time.Second)
+	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
 	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
 		writeEntryHeaders(resp, e, notModified)
 		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
@@ -460,7 +461,7 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 	if sc.present&fieldRange != 0 && wantsRange(&ctx.Request.Header, e) {
 		var part, multi []byte
 		var whole bool
-		part, multi, whole, sc.tmp, sc.ranges = rangeAnswer(resp, &ctx.Request.Header, e, b[:len(e.body)], sc.tmp, sc.ranges)
+		part, multi, whole, sc.tmp, sc.ranges = rangeAnswer(resp, &ctx.Request.Header, e, b[:len(e.Body)], sc.tmp, sc.ranges)
 		switch {
 		case whole:
 		case multi != nil:
@@ -474,7 +475,7 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 			return
 		}
 	}
-	resp.SwapBody(b[:len(e.body)])
+	resp.SwapBody(b[:len(e.Body)])
 }
 
 // hShieldTags carries an entry's place in invalidation order to the node
@@ -486,7 +487,7 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *entry, b []by
 var hShieldTags = []byte("Shield-Tags")
 
 // peerTags sets Shield-Tags on an answer to a peer.
-func (sc *scratch) peerTags(resp *fasthttp.Response, e *entry) {
+func (sc *scratch) peerTags(resp *fasthttp.Response, e *cache.Entry) {
 	if !sc.fromPeer {
 		return
 	}
@@ -495,10 +496,10 @@ func (sc *scratch) peerTags(resp *fasthttp.Response, e *entry) {
 }
 
 // appendPeerTags appends the Shield-Tags value for e.
-func appendPeerTags(dst []byte, e *entry) []byte {
+func appendPeerTags(dst []byte, e *cache.Entry) []byte {
 	var seq [8]byte
-	binary.BigEndian.PutUint64(seq[:], uint64(e.fetchSeq))
-	return hex.AppendEncode(hex.AppendEncode(append(dst, 't'), seq[:]), e.tags)
+	binary.BigEndian.PutUint64(seq[:], uint64(e.FetchSeq))
+	return hex.AppendEncode(hex.AppendEncode(append(dst, 't'), seq[:]), e.Tags)
 }
 
 // parsePeerTags reads a Shield-Tags value: the entry's fetch sequence on
@@ -508,34 +509,34 @@ func parsePeerTags(v []byte) (seq int64, tags []byte, ok bool) {
 		return 0, nil, false
 	}
 	b, err := hex.AppendDecode(nil, v[1:])
-	if err != nil || len(b) < 8 || (len(b)-8)%8 != 0 || len(b)-8 > maxTags*8 {
+	if err != nil || len(b) < 8 || (len(b)-8)%8 != 0 || len(b)-8 > cache.MaxTags*8 {
 		return 0, nil, false
 	}
 	return int64(binary.BigEndian.Uint64(b)), b[8:], true
 }
 
 // notModified evaluates the client's conditional headers against e.
-func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *entry) bool {
-	if e.status != fasthttp.StatusOK {
+func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *cache.Entry) bool {
+	if e.Status != fasthttp.StatusOK {
 		return false
 	}
 	if inm := h.PeekCanonical(httpx.HIfNoneMatch); len(inm) > 0 {
-		return len(e.etag) > 0 && stale.ETagMatch(inm, e.etag)
+		return len(e.ETag) > 0 && stale.ETagMatch(inm, e.ETag)
 	}
 	if ims := h.PeekCanonical(httpx.HIfModSince); len(ims) > 0 {
-		return len(e.lastModified) > 0 && stale.NotModifiedSince(ims, e.lastModified)
+		return len(e.LastModified) > 0 && stale.NotModifiedSince(ims, e.LastModified)
 	}
 	return false
 }
 
 // writeEntryHeaders sets status and stored headers; for a 304 only the
 // fields RFC 9110 §15.4.5 lists.
-func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
+func writeEntryHeaders(resp *fasthttp.Response, e *cache.Entry, notModified bool) {
 	// The stored Date first (setting it resets the header, see httpx.SetDate):
 	// a hit carries its origin's Date, not the sending time.
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
 		if bytes.Equal(k, httpx.HDate) {
 			httpx.SetDate(&resp.Header, v)
 			break
@@ -546,14 +547,14 @@ func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
 	// restore normal behaviour for whoever reads the header next.
 	resp.Header.DisableNormalizing()
 	defer resp.Header.EnableNormalizing()
-	resp.SetStatusCode(e.status)
-	it = e.headers()
+	resp.SetStatusCode(e.Status)
+	it = e.Headers()
 	for {
-		k, ok := it.next()
+		k, ok := it.Next()
 		if !ok {
 			break
 		}
-		v, _ := it.next()
+		v, _ := it.Next()
 		if (notModified && !httpx.NotModifiedHeader(k)) || bytes.Equal(k, httpx.HDate) {
 			continue
 		}
@@ -563,7 +564,7 @@ func writeEntryHeaders(resp *fasthttp.Response, e *entry, notModified bool) {
 
 // serveShared answers from an entry another request fetched. The bytes
 // are shared with other waiters, so the body is copied, never swapped in.
-func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duration, cs cacheStatus) {
+func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *cache.Entry, age time.Duration, cs cacheStatus) {
 	resp := &ctx.Response
 	notModified := p.notModified(&ctx.Request.Header, e)
 	writeEntryHeaders(resp, e, notModified)
@@ -574,7 +575,7 @@ func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duratio
 		return
 	}
 	if wantsRange(&ctx.Request.Header, e) {
-		part, multi, whole, _, _ := rangeAnswer(resp, &ctx.Request.Header, e, e.body, nil, nil)
+		part, multi, whole, _, _ := rangeAnswer(resp, &ctx.Request.Header, e, e.Body, nil, nil)
 		switch {
 		case whole:
 		case multi != nil:
@@ -585,7 +586,7 @@ func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *entry, age time.Duratio
 			return
 		}
 	}
-	resp.SetBody(e.body)
+	resp.SetBody(e.Body)
 }
 
 // generated writes a response shield makes itself (errors, 404).

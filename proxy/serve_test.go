@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 func TestMissThenHit(t *testing.T) {
@@ -154,7 +155,7 @@ func TestRequestNoCacheRevalidates(t *testing.T) {
 			serve(p, get(t, "/r"))
 			key := primaryKey(p, get(t, "/r"))
 			before, _ := stored(t, p, key)
-			storedAt := before.storedAt
+			storedAt := before.StoredAt
 
 			got := summary(serve(p, get(t, "/r", reqHeader)))
 			if got.code != 200 || got.body != "original body" || !strings.Contains(got.cacheStatus, "fwd-status=304") {
@@ -167,9 +168,9 @@ func TestRequestNoCacheRevalidates(t *testing.T) {
 				t.Fatalf("origin saw If-None-Match %q, want the stored ETag", inm)
 			}
 			after, ok := stored(t, p, key)
-			if !ok || after.storedAt <= storedAt || string(after.body) != "original body" {
+			if !ok || after.StoredAt <= storedAt || string(after.Body) != "original body" {
 				t.Fatalf("entry after 304: found %v, storedAt %d (was %d), body %q; want refreshed with the body kept",
-					ok, after.storedAt, storedAt, after.body)
+					ok, after.StoredAt, storedAt, after.Body)
 			}
 			if rev, _ := storedHeader(&after, "X-Rev"); rev != "2" {
 				t.Fatalf("stored X-Rev = %q, want %q from the 304", rev, "2")
@@ -315,8 +316,8 @@ func TestNotSharedSequential(t *testing.T) {
 				}
 			}
 			key := primaryKey(p, get(t, "/p"))
-			if e, ok := stored(t, p, key); ok && e.kind != kindHitForMiss {
-				t.Fatalf("stored entry of kind %d, want none or hit-for-miss", e.kind)
+			if e, ok := stored(t, p, key); ok && e.Kind != cache.KindHitForMiss {
+				t.Fatalf("stored entry of kind %d, want none or hit-for-miss", e.Kind)
 			}
 		})
 	}
@@ -351,4 +352,18 @@ func TestApplyAllOrNothing(t *testing.T) {
 	if s := summary(serve(p, get(t, "/still"))); s.code != 200 {
 		t.Fatalf("after a rejected Apply: %+v", s)
 	}
+}
+
+// FuzzParsePeerTags: a peer's Shield-Tags value never panics and never
+// yields more tags than an entry may hold.
+func FuzzParsePeerTags(f *testing.F) {
+	f.Add([]byte("t00000000000000010102030405060708"))
+	f.Add([]byte("t"))
+	f.Add([]byte("x0000000000000001"))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		_, tags, ok := parsePeerTags(v)
+		if ok && (len(tags)%8 != 0 || len(tags) > cache.MaxTags*8) {
+			t.Fatalf("parsePeerTags(%q) = %d tag bytes", v, len(tags))
+		}
+	})
 }

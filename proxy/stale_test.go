@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // plant stores a response entry for path whose freshness started age
@@ -13,12 +14,12 @@ import (
 func plant(t testing.TB, p *Proxy, path string, age, lifetime, swr, sie time.Duration, etag string) {
 	t.Helper()
 	key := primaryKey(p, get(t, path))
-	e := entry{
-		kind: kindResponse, status: 200, storedAt: time.Now().Add(-age).UnixNano(),
-		lifetime: int64(lifetime), swr: int64(swr), sie: int64(sie),
-		keyDigest: cachekey.Digest(key), etag: []byte(etag), body: []byte("planted"),
+	e := cache.Entry{
+		Kind: cache.KindResponse, Status: 200, StoredAt: time.Now().Add(-age).UnixNano(),
+		Lifetime: int64(lifetime), SWR: int64(swr), SIE: int64(sie),
+		KeyDigest: cachekey.Digest(key), ETag: []byte(etag), Body: []byte("planted"),
 	}
-	p.store.set(key, appendEntry(nil, &e, nil, []header{{k: []byte("Content-Type"), v: []byte("text/plain")}}))
+	putEntry(t, p, key, cache.AppendEntry(nil, &e, nil, []cache.Header{{Name: []byte("Content-Type"), Value: []byte("text/plain")}}))
 }
 
 func TestFreshnessThroughHandler(t *testing.T) {

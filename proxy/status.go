@@ -62,7 +62,7 @@ func (p *Proxy) SetNodeInfo(node, version string) {
 func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	s := &statuspage.Status{Time: now, Uptime: now.Sub(p.started)}
 	var st fastcache.Stats
-	p.store.c.UpdateStats(&st)
+	p.cache.Fastcache().UpdateStats(&st)
 	s.Cache = statuspage.Cache{Entries: st.EntriesCount, Bytes: st.BytesSize, MaxBytes: st.MaxBytesSize}
 	if c := p.cluster.Load(); c != nil {
 		s.Cluster = c.status()

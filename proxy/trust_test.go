@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 )
 
 // blockingOrigin answers "version N" (N counts GETs) and holds the GET
@@ -112,19 +113,19 @@ func TestOlderFetchNeverOverwritesNewer(t *testing.T) {
 	p := newTestProxy(t, o.addr(), nil)
 	key := []byte("some key")
 	var h fasthttp.RequestHeader
-	older, newer := p.iv.next(), p.iv.next()
+	older, newer := p.cache.Invalidations().Next(), p.cache.Invalidations().Next()
 	now := time.Now()
-	e := entry{kind: kindResponse, status: 200, storedAt: now.UnixNano(), lifetime: int64(time.Hour), fetchSeq: newer, body: []byte("new")}
+	e := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: now.UnixNano(), Lifetime: int64(time.Hour), FetchSeq: newer, Body: []byte("new")}
 	if _, _, ok := p.storeResponse(key, &h, &e, nil, nil, now); !ok {
 		t.Fatal("newer answer not stored")
 	}
-	e2 := entry{kind: kindResponse, status: 200, storedAt: now.UnixNano(), lifetime: int64(time.Hour), fetchSeq: older, body: []byte("old")}
+	e2 := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: now.UnixNano(), Lifetime: int64(time.Hour), FetchSeq: older, Body: []byte("old")}
 	if _, _, ok := p.storeResponse(key, &h, &e2, nil, nil, now); ok {
 		t.Fatal("an older fetch's answer replaced a newer one")
 	}
 	p.writeHitForMiss(p.rt.Load(), key, older, now)
-	if got, _ := stored(t, p, key); string(got.body) != "new" || got.kind != kindResponse {
-		t.Fatalf("stored = %q (kind %d), want the newer answer", got.body, got.kind)
+	if got, _ := stored(t, p, key); string(got.Body) != "new" || got.Kind != cache.KindResponse {
+		t.Fatalf("stored = %q (kind %d), want the newer answer", got.Body, got.Kind)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -37,7 +38,7 @@ var conditionalHeaders = [][]byte{
 // the query loses the parameters the key ignores (upstreamTarget), client
 // conditionals are dropped, and se's validators, if any, make the request
 // conditional.
-func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, forCache, fromPeer, trusted bool, se *entry) {
+func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, forCache, fromPeer, trusted bool, se *cache.Entry) {
 	src := &ctx.Request
 	if forCache && src.Header.IsHead() {
 		req.Header.SetMethod(fasthttp.MethodGet)
@@ -93,11 +94,11 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 		setForwarded(&req.Header, &src.Header, appendRemoteIP(ipBuf[:0], ctx), ctx.IsTLS(), trusted)
 	}
 	if se != nil {
-		if len(se.etag) > 0 {
-			req.Header.SetBytesKV(httpx.HIfNoneMatch, se.etag)
+		if len(se.ETag) > 0 {
+			req.Header.SetBytesKV(httpx.HIfNoneMatch, se.ETag)
 		}
-		if len(se.lastModified) > 0 {
-			req.Header.SetBytesKV(httpx.HIfModSince, se.lastModified)
+		if len(se.LastModified) > 0 {
+			req.Header.SetBytesKV(httpx.HIfModSince, se.LastModified)
 		}
 	}
 	if !forCache {
@@ -231,10 +232,10 @@ func passResponse(out *fasthttp.Response, resp *fasthttp.Response, body []byte, 
 // response's Vary names (lower-case, sorted, unique). Via is stored
 // already combined with ours; Date is added when the origin sent none
 // (RFC 9110 §6.6.1).
-func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []byte) ([]header, [][]byte) {
+func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []byte) ([]cache.Header, [][]byte) {
 	allowSetCookie := rte.policy.AllowSetCookie
 	conn := resp.Header.PeekBytes(httpx.HConnection)
-	var hs []header
+	var hs []cache.Header
 	var via []byte
 	var vary [][]byte
 	hasDate := false
@@ -253,11 +254,11 @@ func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []b
 		case bytes.EqualFold(k, httpx.HDate):
 			hasDate = true
 		}
-		hs = append(hs, header{k: bytes.Clone(k), v: bytes.Clone(v)})
+		hs = append(hs, cache.Header{Name: bytes.Clone(k), Value: bytes.Clone(v)})
 	}
-	hs = append(hs, header{k: httpx.HVia, v: append(via, httpx.ViaValue...)})
+	hs = append(hs, cache.Header{Name: httpx.HVia, Value: append(via, httpx.ViaValue...)})
 	if !hasDate {
-		hs = append(hs, header{k: httpx.HDate, v: stale.AppendHTTPDate(nil, now)})
+		hs = append(hs, cache.Header{Name: httpx.HDate, Value: stale.AppendHTTPDate(nil, now)})
 	}
 	slices.SortFunc(vary, bytes.Compare)
 	vary = slices.CompactFunc(vary, bytes.Equal)
@@ -280,24 +281,24 @@ func appendVaryNames(dst [][]byte, v []byte) [][]byte {
 // except those describing the body, which the 304 does not update.
 // Set-Cookie (unless the route allows storing it) is returned apart, in
 // private: it belongs to the requester, never to the stored copy.
-func mergeHeaders(se *entry, resp *fasthttp.Response, now time.Time, rte *route) (merged, private []header) {
+func mergeHeaders(se *cache.Entry, resp *fasthttp.Response, now time.Time, rte *route) (merged, private []cache.Header) {
 	conn := resp.Header.PeekBytes(httpx.HConnection)
-	var fresh []header
+	var fresh []cache.Header
 	for k, v := range resp.Header.All() {
 		if httpx.IsHopByHop(k, conn) || httpx.NotStored(k) || bytes.EqualFold(k, []byte("Content-Type")) ||
 			bytes.EqualFold(k, []byte("Content-Encoding")) || bytes.EqualFold(k, []byte("Content-Range")) ||
 			rte.hidesTag(k) || rte.hidesTargeted(k) {
 			continue
 		}
-		h := header{k: bytes.Clone(k), v: bytes.Clone(v)}
+		h := cache.Header{Name: bytes.Clone(k), Value: bytes.Clone(v)}
 		if bytes.EqualFold(k, httpx.HSetCookie) && !rte.policy.AllowSetCookie {
 			private = append(private, h)
 			continue
 		}
 		fresh = append(fresh, h)
 	}
-	out := slices.DeleteFunc(se.headerList(), func(old header) bool {
-		return slices.ContainsFunc(fresh, func(h header) bool { return bytes.EqualFold(h.k, old.k) })
+	out := slices.DeleteFunc(se.HeaderList(), func(old cache.Header) bool {
+		return slices.ContainsFunc(fresh, func(h cache.Header) bool { return bytes.EqualFold(h.Name, old.Name) })
 	})
 	return append(out, fresh...), private
 }

@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/binary"
@@ -31,44 +31,49 @@ import (
 //     measured from there). Purge cost is O(1) (O(1) per tag): nothing is
 //     scanned, and nothing stored before the purge can be served after
 //     it, whenever it was stored — so a fetch that raced a purge cannot
-//     undo it. Stores of such answers are also refused (store.go does
+//     undo it. Stores of such answers are also refused (Put: the store does
 //     not need to hold them).
 //   - An answer never replaces an entry whose fetch started later (the
 //     stored fetchSeq is compared under a per-key stripe lock).
-//   - global is a watermark: entries fetched before it are dead. A node
+//   - Global is a watermark: entries fetched before it are dead. A node
 //     that cannot tell which purges it missed raises it (see restart).
 //
 // Route and tenant purges bump the namespace version in the key instead
-// (purge.go): an in-flight fetch stores under the old, unreachable key.
+// (proxy's purge.go): an in-flight fetch stores under the old, unreachable key.
 const invalSlots = 1 << 16
 
 type invalSlot struct{ hard, soft atomic.Int64 }
 
-type invalidations struct {
-	clock  atomic.Int64
-	global atomic.Int64
-	// gated is set while this node may be missing purges a peer applied
-	// (purgesync.go): nothing is served from the cache then.
-	gated atomic.Bool
-	// lease, when not 0 (dynamic membership), is the instant (unix ns)
+// Invalidations is the node's invalidation table and clock (see above).
+// Gated, Lease and Global are read on every lookup and set by the purge
+// sync (proxy's purgesync.go) and the snapshot hold.
+type Invalidations struct {
+	clock atomic.Int64
+	// Global is the watermark: entries fetched before it are dead.
+	Global atomic.Int64
+	// Gated is set while this node may be missing purges a peer applied
+	// (proxy's purgesync.go): nothing is served from the cache then.
+	Gated atomic.Bool
+	// Lease, when not 0 (dynamic membership), is the instant (unix ns)
 	// the purge sync's watchdog vouches for the cache until: a request
 	// later than it finds nothing servable. The watchdog renews it every
 	// stallTick; a process stopped or starved past it (SIGSTOP, a paused
 	// VM) may have missed purges pushed meanwhile, and its requests may
-	// run before the watchdog notices and closes the gate (purgesync.go).
-	lease atomic.Int64
+	// run before the watchdog notices and closes the gate (proxy's
+	// purgesync.go).
+	Lease atomic.Int64
 	url   [invalSlots]invalSlot
 	tag   [invalSlots]invalSlot
 }
 
-func newInvalidations() *invalidations {
-	iv := &invalidations{}
+func newInvalidations() *Invalidations {
+	iv := &Invalidations{}
 	iv.clock.Store(time.Now().UnixNano())
 	return iv
 }
 
-// next returns a new clock value, above every value returned before.
-func (iv *invalidations) next() int64 {
+// Next returns a new clock value, above every value returned before.
+func (iv *Invalidations) Next() int64 {
 	for {
 		last := iv.clock.Load()
 		n := max(time.Now().UnixNano(), last+1)
@@ -87,19 +92,19 @@ func bump(a *atomic.Int64, seq int64) {
 	}
 }
 
-// invalidateURL records a hard (or soft) invalidation of a URL digest
+// InvalidateURL records a hard (or soft) invalidation of a URL digest
 // and returns its sequence.
-func (iv *invalidations) invalidateURL(d uint64, soft bool) int64 {
+func (iv *Invalidations) InvalidateURL(d uint64, soft bool) int64 {
 	return iv.mark(&iv.url[d%invalSlots], soft)
 }
 
-// invalidateTag records a hard (or soft) invalidation of a surrogate key.
-func (iv *invalidations) invalidateTag(tag []byte, soft bool) int64 {
+// InvalidateTag records a hard (or soft) invalidation of a surrogate key.
+func (iv *Invalidations) InvalidateTag(tag []byte, soft bool) int64 {
 	return iv.mark(&iv.tag[xxhash.Sum64(tag)%invalSlots], soft)
 }
 
-func (iv *invalidations) mark(s *invalSlot, soft bool) int64 {
-	seq := iv.next()
+func (iv *Invalidations) mark(s *invalSlot, soft bool) int64 {
+	seq := iv.Next()
 	if soft {
 		bump(&s.soft, seq)
 	} else {
@@ -108,14 +113,14 @@ func (iv *invalidations) mark(s *invalSlot, soft bool) int64 {
 	return seq
 }
 
-// invalidateAll makes every entry fetched before now dead.
-func (iv *invalidations) invalidateAll() { bump(&iv.global, iv.next()) }
+// InvalidateAll makes every entry fetched before now dead.
+func (iv *Invalidations) InvalidateAll() { bump(&iv.Global, iv.Next()) }
 
-// verdict says what the invalidations since an entry's fetch mean for it:
+// Verdict says what the invalidations since an entry's fetch mean for it:
 // dead (a hard invalidation), or the instant it became stale (softAt > 0).
 // It does not allocate.
-func (iv *invalidations) verdict(fetchSeq int64, urlDigest uint64, tags []byte) (dead bool, softAt int64) {
-	if fetchSeq < iv.global.Load() {
+func (iv *Invalidations) Verdict(fetchSeq int64, urlDigest uint64, tags []byte) (dead bool, softAt int64) {
+	if fetchSeq < iv.Global.Load() {
 		return true, 0
 	}
 	s := &iv.url[urlDigest%invalSlots]
@@ -137,35 +142,35 @@ func (iv *invalidations) verdict(fetchSeq int64, urlDigest uint64, tags []byte) 
 	return false, softAt
 }
 
-// servable is apply for an entry about to be served from this node's
+// Servable is Apply for an entry about to be served from this node's
 // cache at now (the request's time): while the node is out of purge
 // sync, or past its sync lease, nothing is.
-func (iv *invalidations) servable(e *entry, now time.Time) bool {
+func (iv *Invalidations) Servable(e *Entry, now time.Time) bool {
 	// The lease first: the watchdog closes the gate before it renews
 	// the lease, so a renewed lease read here means a closed gate below.
-	if l := iv.lease.Load(); l != 0 && now.UnixNano() > l {
+	if l := iv.Lease.Load(); l != 0 && now.UnixNano() > l {
 		return false
 	}
-	return !iv.gated.Load() && iv.apply(e)
+	return !iv.Gated.Load() && iv.Apply(e)
 }
 
-// apply checks e against the table: false when e is dead; a soft-purged
+// Apply checks e against the table: false when e is dead; a soft-purged
 // e has its lifetime cut so that it is stale from the purge on.
-func (iv *invalidations) apply(e *entry) bool {
-	dead, softAt := iv.verdict(e.fetchSeq, e.urlDigest, e.tags)
+func (iv *Invalidations) Apply(e *Entry) bool {
+	dead, softAt := iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags)
 	if dead {
 		return false
 	}
 	if softAt > 0 {
-		e.lifetime = min(e.lifetime, e.initialAge+(softAt-e.storedAt))
+		e.Lifetime = min(e.Lifetime, e.InitialAge+(softAt-e.StoredAt))
 	}
 	return true
 }
 
-// appendTags appends the digests of the space-separated surrogate keys
-// in v (at most maxTags in all).
-func appendTags(dst, v []byte) []byte {
-	for len(v) > 0 && len(dst) < maxTags*8 {
+// AppendTags appends the digests of the space-separated surrogate keys
+// in v (at most MaxTags in all).
+func AppendTags(dst, v []byte) []byte {
+	for len(v) > 0 && len(dst) < MaxTags*8 {
 		i := 0
 		for i < len(v) && (v[i] == ' ' || v[i] == '\t' || v[i] == ',') {
 			i++
@@ -187,10 +192,10 @@ func appendTags(dst, v []byte) []byte {
 // "SHI1" | clock i64 | global i64 | count u32 | count × (kind u8 | slot u32 | hard i64 | soft i64).
 const invalMagic = "SHI1"
 
-func (iv *invalidations) encode() []byte {
+func (iv *Invalidations) encode() []byte {
 	b := append([]byte(invalMagic), make([]byte, 20)...)
 	binary.LittleEndian.PutUint64(b[4:], uint64(iv.clock.Load()))
-	binary.LittleEndian.PutUint64(b[12:], uint64(iv.global.Load()))
+	binary.LittleEndian.PutUint64(b[12:], uint64(iv.Global.Load()))
 	n := uint32(0)
 	for k, tab := range []*[invalSlots]invalSlot{&iv.url, &iv.tag} {
 		for i := range tab {
@@ -209,21 +214,21 @@ func (iv *invalidations) encode() []byte {
 	return b
 }
 
-func (iv *invalidations) decode(b []byte) error {
+func (iv *Invalidations) decode(b []byte) error {
 	if len(b) < 24 || string(b[:4]) != invalMagic {
-		return fmt.Errorf("proxy: invalidation table: bad header")
+		return fmt.Errorf("cache: invalidation table: bad header")
 	}
 	n := int(binary.LittleEndian.Uint32(b[20:]))
 	rest := b[24:]
 	if len(rest) != n*21 {
-		return fmt.Errorf("proxy: invalidation table: %d bytes for %d slots", len(rest), n)
+		return fmt.Errorf("cache: invalidation table: %d bytes for %d slots", len(rest), n)
 	}
 	bump(&iv.clock, int64(binary.LittleEndian.Uint64(b[4:])))
-	bump(&iv.global, int64(binary.LittleEndian.Uint64(b[12:])))
+	bump(&iv.Global, int64(binary.LittleEndian.Uint64(b[12:])))
 	for ; len(rest) > 0; rest = rest[21:] {
 		kind, i := rest[0], binary.LittleEndian.Uint32(rest[1:])
 		if kind > 1 || i >= invalSlots {
-			return fmt.Errorf("proxy: invalidation table: bad slot")
+			return fmt.Errorf("cache: invalidation table: bad slot")
 		}
 		tab := &iv.url
 		if kind == 1 {
@@ -235,18 +240,18 @@ func (iv *invalidations) decode(b []byte) error {
 	return nil
 }
 
-func (iv *invalidations) save(path string) error {
+func (iv *Invalidations) save(path string) error {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, iv.encode(), 0o644); err != nil {
-		return fmt.Errorf("proxy: save invalidations: %w", err)
+		return fmt.Errorf("cache: save invalidations: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("proxy: save invalidations: %w", err)
+		return fmt.Errorf("cache: save invalidations: %w", err)
 	}
 	return nil
 }
 
-func (iv *invalidations) load(path string) error {
+func (iv *Invalidations) load(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"bytes"
@@ -17,9 +17,9 @@ import (
 // the vary names and headers it takes separately.
 type entryCase struct {
 	name    string
-	e       entry
+	e       Entry
 	vary    [][]byte
-	headers []header
+	headers []Header
 }
 
 // entryCases covers each kind of entry and the edges of every section.
@@ -29,108 +29,108 @@ func entryCases() []entryCase {
 	for i := range big {
 		big[i] = byte(rng.Uint32())
 	}
-	var many []header
+	var many []Header
 	for i := range 300 {
-		many = append(many, header{k: fmt.Appendf(nil, "X-H%d", i), v: bytes.Repeat([]byte{'v'}, i)})
+		many = append(many, Header{Name: fmt.Appendf(nil, "X-H%d", i), Value: bytes.Repeat([]byte{'v'}, i)})
 	}
 	return []entryCase{
 		{
 			name: "response",
-			e: entry{
-				kind: kindResponse, status: 200, storedAt: 1_700_000_000_000_000_000,
-				initialAge: 5e9, lifetime: 3600e9, swr: 60e9, sie: 86400e9, keyDigest: 0xdeadbeefcafef00d,
-				etag: []byte(`"v1"`), lastModified: []byte("Tue, 15 Nov 1994 12:45:26 GMT"),
-				body: []byte("hello, world"),
+			e: Entry{
+				Kind: KindResponse, Status: 200, StoredAt: 1_700_000_000_000_000_000,
+				InitialAge: 5e9, Lifetime: 3600e9, SWR: 60e9, SIE: 86400e9, KeyDigest: 0xdeadbeefcafef00d,
+				ETag: []byte(`"v1"`), LastModified: []byte("Tue, 15 Nov 1994 12:45:26 GMT"),
+				Body: []byte("hello, world"),
 			},
-			headers: []header{
-				{k: []byte("Content-Type"), v: []byte("text/plain")},
-				{k: []byte("Cache-Control"), v: []byte("public, max-age=3600")},
+			headers: []Header{
+				{Name: []byte("Content-Type"), Value: []byte("text/plain")},
+				{Name: []byte("Cache-Control"), Value: []byte("public, max-age=3600")},
 			},
 		},
 		{
 			name: "vary marker",
-			e:    entry{kind: kindVary, storedAt: 42, keyDigest: 7},
+			e:    Entry{Kind: KindVary, StoredAt: 42, KeyDigest: 7},
 			vary: [][]byte{[]byte("accept-encoding"), []byte("accept-language")},
 		},
 		{
 			name: "hit-for-miss",
-			e:    entry{kind: kindHitForMiss, storedAt: 99, lifetime: 10e9, keyDigest: 1},
+			e:    Entry{Kind: KindHitForMiss, StoredAt: 99, Lifetime: 10e9, KeyDigest: 1},
 		},
 		{
 			name: "empty body, no headers",
-			e:    entry{kind: kindResponse, status: 204},
+			e:    Entry{Kind: KindResponse, Status: 204},
 		},
 		{
 			name: "negative and extreme times",
-			e: entry{kind: kindResponse, status: 65535, storedAt: math.MinInt64, initialAge: -1,
-				lifetime: math.MaxInt64, swr: math.MinInt64, sie: -math.MaxInt64, keyDigest: math.MaxUint64},
+			e: Entry{Kind: KindResponse, Status: 65535, StoredAt: math.MinInt64, InitialAge: -1,
+				Lifetime: math.MaxInt64, SWR: math.MinInt64, SIE: -math.MaxInt64, KeyDigest: math.MaxUint64},
 		},
 		{
 			name:    "big body",
-			e:       entry{kind: kindResponse, status: 200, body: big, etag: []byte(`W/"big"`)},
-			headers: []header{{k: []byte("Content-Type"), v: []byte("application/octet-stream")}},
+			e:       Entry{Kind: KindResponse, Status: 200, Body: big, ETag: []byte(`W/"big"`)},
+			headers: []Header{{Name: []byte("Content-Type"), Value: []byte("application/octet-stream")}},
 		},
 		{
 			name:    "many headers",
-			e:       entry{kind: kindResponse, status: 200, body: []byte("x")},
+			e:       Entry{Kind: KindResponse, Status: 200, Body: []byte("x")},
 			headers: many,
 		},
 		{
 			name:    "empty names and values",
-			e:       entry{kind: kindResponse, status: 200},
+			e:       Entry{Kind: KindResponse, Status: 200},
 			vary:    [][]byte{{}},
-			headers: []header{{k: []byte{}, v: []byte{}}, {k: []byte("A"), v: nil}},
+			headers: []Header{{Name: []byte{}, Value: []byte{}}, {Name: []byte("A"), Value: nil}},
 		},
 		{
 			name:    "varying response",
-			e:       entry{kind: kindResponse, status: 200, body: []byte("bonjour")},
+			e:       Entry{Kind: KindResponse, Status: 200, Body: []byte("bonjour")},
 			vary:    [][]byte{[]byte("accept-language")},
-			headers: []header{{k: []byte("Vary"), v: []byte("Accept-Language")}},
+			headers: []Header{{Name: []byte("Vary"), Value: []byte("Accept-Language")}},
 		},
 	}
 }
 
 // fieldsOf reads back an iterator's fields.
-func fieldsOf(it fieldIter) [][]byte {
+func fieldsOf(it FieldIter) [][]byte {
 	var out [][]byte
-	for f, ok := it.next(); ok; f, ok = it.next() {
+	for f, ok := it.Next(); ok; f, ok = it.Next() {
 		out = append(out, f)
 	}
 	return out
 }
 
 // checkDecoded compares a decoded entry with what was encoded.
-func checkDecoded(t testing.TB, got *entry, want *entry, vary [][]byte, headers []header) {
+func checkDecoded(t testing.TB, got *Entry, want *Entry, vary [][]byte, headers []Header) {
 	t.Helper()
-	if got.kind != want.kind || got.status != want.status&0xffff || got.storedAt != want.storedAt ||
-		got.initialAge != want.initialAge || got.lifetime != want.lifetime || got.swr != want.swr ||
-		got.sie != want.sie || got.keyDigest != want.keyDigest {
+	if got.Kind != want.Kind || got.Status != want.Status&0xffff || got.StoredAt != want.StoredAt ||
+		got.InitialAge != want.InitialAge || got.Lifetime != want.Lifetime || got.SWR != want.SWR ||
+		got.SIE != want.SIE || got.KeyDigest != want.KeyDigest {
 		t.Fatalf("decoded fixed fields = %+v, want %+v", *got, *want)
 	}
-	if !bytes.Equal(got.etag, want.etag) || !bytes.Equal(got.lastModified, want.lastModified) {
-		t.Fatalf("validators = %q, %q; want %q, %q", got.etag, got.lastModified, want.etag, want.lastModified)
+	if !bytes.Equal(got.ETag, want.ETag) || !bytes.Equal(got.LastModified, want.LastModified) {
+		t.Fatalf("validators = %q, %q; want %q, %q", got.ETag, got.LastModified, want.ETag, want.LastModified)
 	}
-	if !bytes.Equal(got.body, want.body) {
-		t.Fatalf("body: got %d bytes, want %d bytes (or contents differ)", len(got.body), len(want.body))
+	if !bytes.Equal(got.Body, want.Body) {
+		t.Fatalf("body: got %d bytes, want %d bytes (or contents differ)", len(got.Body), len(want.Body))
 	}
 	// The body must not be appendable into the meta that follows it.
-	if cap(got.body) != len(got.body) {
-		t.Fatalf("cap(body) = %d, want %d (full slice expression)", cap(got.body), len(got.body))
+	if cap(got.Body) != len(got.Body) {
+		t.Fatalf("cap(body) = %d, want %d (full slice expression)", cap(got.Body), len(got.Body))
 	}
-	if got.varyCount != len(vary) {
-		t.Fatalf("varyCount = %d, want %d", got.varyCount, len(vary))
+	if got.VaryCount != len(vary) {
+		t.Fatalf("varyCount = %d, want %d", got.VaryCount, len(vary))
 	}
-	gotVary := fieldsOf(got.varyNames())
+	gotVary := fieldsOf(got.VaryNames())
 	if !slices.EqualFunc(gotVary, vary, bytes.Equal) {
 		t.Fatalf("vary = %q, want %q", gotVary, vary)
 	}
-	if got.headerCount != len(headers) {
-		t.Fatalf("headerCount = %d, want %d", got.headerCount, len(headers))
+	if got.HeaderCount != len(headers) {
+		t.Fatalf("headerCount = %d, want %d", got.HeaderCount, len(headers))
 	}
-	gotH := fieldsOf(got.headers())
+	gotH := fieldsOf(got.Headers())
 	var wantH [][]byte
 	for _, h := range headers {
-		wantH = append(wantH, h.k, h.v)
+		wantH = append(wantH, h.Name, h.Value)
 	}
 	if !slices.EqualFunc(gotH, wantH, bytes.Equal) {
 		t.Fatalf("headers = %q, want %q", gotH, wantH)
@@ -140,21 +140,21 @@ func checkDecoded(t testing.TB, got *entry, want *entry, vary [][]byte, headers 
 func TestEntryRoundTrip(t *testing.T) {
 	for _, tc := range entryCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			enc := appendEntry(nil, &tc.e, tc.vary, tc.headers)
-			var got entry
-			if err := decodeEntry(enc, &got); err != nil {
+			enc := AppendEntry(nil, &tc.e, tc.vary, tc.headers)
+			var got Entry
+			if err := DecodeEntry(enc, &got); err != nil {
 				t.Fatalf("decodeEntry(appendEntry(x)) = %v", err)
 			}
 			checkDecoded(t, &got, &tc.e, tc.vary, tc.headers)
 
 			// Appending after a prefix encodes the same bytes, and
 			// decoding into a used entry gives the same result.
-			prefixed := appendEntry([]byte("prefix"), &tc.e, tc.vary, tc.headers)
+			prefixed := AppendEntry([]byte("prefix"), &tc.e, tc.vary, tc.headers)
 			if !bytes.Equal(prefixed[len("prefix"):], enc) {
 				t.Fatal("appendEntry after a prefix encodes differently")
 			}
-			reused := entry{kind: kindVary, etag: []byte("stale"), varyCount: 9, headersRaw: []byte{1, 2}}
-			if err := decodeEntry(prefixed[len("prefix"):], &reused); err != nil {
+			reused := Entry{Kind: KindVary, ETag: []byte("stale"), VaryCount: 9, headersRaw: []byte{1, 2}}
+			if err := DecodeEntry(prefixed[len("prefix"):], &reused); err != nil {
 				t.Fatalf("decodeEntry into a used entry = %v", err)
 			}
 			checkDecoded(t, &reused, &tc.e, tc.vary, tc.headers)
@@ -167,33 +167,33 @@ func TestEntryRoundTrip(t *testing.T) {
 // and never a "valid" entry.
 func TestDecodeEntryCorruption(t *testing.T) {
 	for _, tc := range entryCases() {
-		if len(tc.e.body) > 4096 || len(tc.headers) > 10 {
+		if len(tc.e.Body) > 4096 || len(tc.headers) > 10 {
 			continue // quadratic in size; the small cases cover every section
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			enc := appendEntry(nil, &tc.e, tc.vary, tc.headers)
+			enc := AppendEntry(nil, &tc.e, tc.vary, tc.headers)
 			buf := make([]byte, len(enc))
-			var e entry
+			var e Entry
 			for i := range enc {
 				for _, mask := range []byte{0x01, 0x80, 0xff} {
 					copy(buf, enc)
 					buf[i] ^= mask
-					if err := decodeEntry(buf, &e); !errors.Is(err, errCorrupt) {
+					if err := DecodeEntry(buf, &e); !errors.Is(err, ErrCorrupt) {
 						t.Fatalf("byte %d ^ %#x: decodeEntry = %v, want errCorrupt", i, mask, err)
 					}
 				}
 			}
 			for n := range len(enc) {
-				if err := decodeEntry(enc[:n], &e); !errors.Is(err, errCorrupt) {
+				if err := DecodeEntry(enc[:n], &e); !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("truncated to %d of %d bytes: decodeEntry = %v, want errCorrupt", n, len(enc), err)
 				}
-				if err := decodeEntry(enc[len(enc)-n:], &e); !errors.Is(err, errCorrupt) {
+				if err := DecodeEntry(enc[len(enc)-n:], &e); !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("first %d bytes cut: decodeEntry = %v, want errCorrupt", len(enc)-n, err)
 				}
 			}
 			for _, extra := range [][]byte{{0}, []byte("junk"), enc} {
 				long := append(slices.Clone(enc), extra...)
-				if err := decodeEntry(long, &e); !errors.Is(err, errCorrupt) {
+				if err := DecodeEntry(long, &e); !errors.Is(err, ErrCorrupt) {
 					t.Fatalf("with %d bytes appended: decodeEntry = %v, want errCorrupt", len(extra), err)
 				}
 			}
@@ -204,8 +204,8 @@ func TestDecodeEntryCorruption(t *testing.T) {
 // TestDecodeEntryRejects covers entries whose checksum is right but whose
 // content is not: the checksum alone must not make junk valid.
 func TestDecodeEntryRejects(t *testing.T) {
-	valid := appendEntry(nil, &entry{kind: kindResponse, status: 200, body: []byte("body")}, nil,
-		[]header{{k: []byte("A"), v: []byte("b")}})
+	valid := AppendEntry(nil, &Entry{Kind: KindResponse, Status: 200, Body: []byte("body")}, nil,
+		[]Header{{Name: []byte("A"), Value: []byte("b")}})
 	tests := []struct {
 		name  string
 		build func() []byte
@@ -213,7 +213,7 @@ func TestDecodeEntryRejects(t *testing.T) {
 		{"empty", func() []byte { return nil }},
 		{"footer only", func() []byte { return make([]byte, footerLen) }},
 		{"zero kind", func() []byte { return reseal(valid, 4, 0) }},
-		{"unknown kind", func() []byte { return reseal(valid, 4, byte(kindNearCopy)+1) }},
+		{"unknown kind", func() []byte { return reseal(valid, 4, byte(KindNearCopy)+1) }},
 		{"unknown version", func() []byte { return reseal(valid, 3, entryVersion+1) }},
 		{"bad magic", func() []byte { return reseal(valid, 0, 'X') }},
 		{"header count too large", func() []byte {
@@ -225,8 +225,8 @@ func TestDecodeEntryRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var e entry
-			if err := decodeEntry(tt.build(), &e); !errors.Is(err, errCorrupt) {
+			var e Entry
+			if err := DecodeEntry(tt.build(), &e); !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("decodeEntry = %v, want errCorrupt", err)
 			}
 		})
@@ -242,12 +242,12 @@ func metaLenOf(enc []byte) int {
 // reseal returns a copy of enc with the meta byte at metaOff set to v and
 // the checksum recomputed, so that only the content check can reject it.
 func reseal(enc []byte, metaOff int, v byte) []byte {
-	var e entry
-	if err := decodeEntry(enc, &e); err != nil {
+	var e Entry
+	if err := DecodeEntry(enc, &e); err != nil {
 		panic(err)
 	}
 	out := slices.Clone(enc)
-	out[len(e.body)+metaOff] = v
+	out[len(e.Body)+metaOff] = v
 	payload := out[:len(out)-footerLen]
 	sum := xxhash.Sum64(payload)
 	for i := range 8 {
@@ -280,12 +280,12 @@ func seal(payload []byte, bodyLen int) []byte {
 // footer (checksum included), so the fuzzer explores the meta parser.
 func FuzzDecodeEntry(f *testing.F) {
 	for _, tc := range entryCases() {
-		if len(tc.e.body) > 1024 {
+		if len(tc.e.Body) > 1024 {
 			continue
 		}
-		enc := appendEntry(nil, &tc.e, tc.vary, tc.headers)
+		enc := AppendEntry(nil, &tc.e, tc.vary, tc.headers)
 		f.Add(enc, uint16(0))
-		f.Add(enc[:len(enc)-footerLen], uint16(len(tc.e.body)))
+		f.Add(enc[:len(enc)-footerLen], uint16(len(tc.e.Body)))
 	}
 	f.Add([]byte{}, uint16(0))
 	f.Add(make([]byte, footerLen+fixedMetaLen), uint16(0))
@@ -299,30 +299,30 @@ func FuzzDecodeEntry(f *testing.F) {
 
 func checkDecodeProperty(t *testing.T, b []byte) {
 	t.Helper()
-	var e entry
-	err := decodeEntry(b, &e)
+	var e Entry
+	err := DecodeEntry(b, &e)
 	if err != nil {
-		if !errors.Is(err, errCorrupt) {
+		if !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("decodeEntry = %v, want nil or errCorrupt", err)
 		}
 		return
 	}
-	vary := fieldsOf(e.varyNames())
-	var hs []header
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, ok := it.next()
+	vary := fieldsOf(e.VaryNames())
+	var hs []Header
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, ok := it.Next()
 		if !ok {
 			t.Fatal("headers section has a name without a value")
 		}
-		hs = append(hs, header{k: k, v: v})
+		hs = append(hs, Header{Name: k, Value: v})
 	}
-	if len(vary) != e.varyCount || len(hs) != e.headerCount {
+	if len(vary) != e.VaryCount || len(hs) != e.HeaderCount {
 		t.Fatalf("iterators yield %d vary names and %d headers, counts say %d and %d",
-			len(vary), len(hs), e.varyCount, e.headerCount)
+			len(vary), len(hs), e.VaryCount, e.HeaderCount)
 	}
-	var again entry
-	if err := decodeEntry(appendEntry(nil, &e, vary, hs), &again); err != nil {
+	var again Entry
+	if err := DecodeEntry(AppendEntry(nil, &e, vary, hs), &again); err != nil {
 		t.Fatalf("re-encoded entry does not decode: %v", err)
 	}
 	checkDecoded(t, &again, &e, vary, hs)
@@ -338,27 +338,27 @@ func FuzzEntryRoundTrip(f *testing.F) {
 		uint64(math.MaxUint64), []byte{0x80, 0x80}, []byte{0xff}, bytes.Repeat([]byte{0}, 300), []byte{0xff}, []byte{0xff, 0xff})
 	f.Fuzz(func(t *testing.T, kind uint8, status uint16, storedAt, initialAge, lifetime, swr, sie int64, digest uint64,
 		etag, lastModified, body, varyBlob, headerBlob []byte) {
-		e := entry{
-			kind: entryKind(kind%3) + kindResponse, status: int(status), storedAt: storedAt,
-			initialAge: initialAge, lifetime: lifetime, swr: swr, sie: sie, keyDigest: digest,
-			etag: etag, lastModified: lastModified, body: body,
+		e := Entry{
+			Kind: Kind(kind%3) + KindResponse, Status: int(status), StoredAt: storedAt,
+			InitialAge: initialAge, Lifetime: lifetime, SWR: swr, SIE: sie, KeyDigest: digest,
+			ETag: etag, LastModified: lastModified, Body: body,
 		}
 		vary := splitFields(varyBlob)
-		var hs []header
+		var hs []Header
 		fields := splitFields(headerBlob)
 		for i := 0; i+1 < len(fields); i += 2 {
-			hs = append(hs, header{k: fields[i], v: fields[i+1]})
+			hs = append(hs, Header{Name: fields[i], Value: fields[i+1]})
 		}
-		enc := appendEntry(nil, &e, vary, hs)
-		var got entry
-		if err := decodeEntry(enc, &got); err != nil {
+		enc := AppendEntry(nil, &e, vary, hs)
+		var got Entry
+		if err := DecodeEntry(enc, &got); err != nil {
 			t.Fatalf("decodeEntry(appendEntry(x)) = %v", err)
 		}
 		checkDecoded(t, &got, &e, vary, hs)
 		// The same entry appended into a reused, dirty buffer encodes
 		// the same bytes.
 		dirty := append(bytes.Repeat([]byte{0xaa}, 7), enc...)
-		if re := appendEntry(dirty[:3], &e, vary, hs); !bytes.Equal(re[3:], enc) {
+		if re := AppendEntry(dirty[:3], &e, vary, hs); !bytes.Equal(re[3:], enc) {
 			t.Fatal("appendEntry into a reused buffer differs from a fresh one")
 		}
 	})
@@ -366,24 +366,24 @@ func FuzzEntryRoundTrip(f *testing.F) {
 
 // benchEntry is a typical small response: 1 KiB body, 8 headers.
 func benchEntry() []byte {
-	e := entry{
-		kind: kindResponse, status: 200, storedAt: 1_700_000_000_000_000_000, lifetime: 3600e9,
-		keyDigest: 12345, etag: []byte(`"abc123"`), body: bytes.Repeat([]byte("a"), 1024),
+	e := Entry{
+		Kind: KindResponse, Status: 200, StoredAt: 1_700_000_000_000_000_000, Lifetime: 3600e9,
+		KeyDigest: 12345, ETag: []byte(`"abc123"`), Body: bytes.Repeat([]byte("a"), 1024),
 	}
-	var hs []header
+	var hs []Header
 	for i := range 8 {
-		hs = append(hs, header{k: fmt.Appendf(nil, "X-Header-%d", i), v: []byte("some header value of moderate size")})
+		hs = append(hs, Header{Name: fmt.Appendf(nil, "X-Header-%d", i), Value: []byte("some header value of moderate size")})
 	}
-	return appendEntry(nil, &e, nil, hs)
+	return AppendEntry(nil, &e, nil, hs)
 }
 
 func BenchmarkDecodeEntry(b *testing.B) {
 	enc := benchEntry()
-	var e entry
+	var e Entry
 	b.SetBytes(int64(len(enc)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := decodeEntry(enc, &e); err != nil {
+		if err := DecodeEntry(enc, &e); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -391,20 +391,20 @@ func BenchmarkDecodeEntry(b *testing.B) {
 
 func BenchmarkAppendEntry(b *testing.B) {
 	enc := benchEntry()
-	var e entry
-	if err := decodeEntry(enc, &e); err != nil {
+	var e Entry
+	if err := DecodeEntry(enc, &e); err != nil {
 		b.Fatal(err)
 	}
-	var hs []header
-	it := e.headers()
-	for k, ok := it.next(); ok; k, ok = it.next() {
-		v, _ := it.next()
-		hs = append(hs, header{k: k, v: v})
+	var hs []Header
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
+		hs = append(hs, Header{Name: k, Value: v})
 	}
 	buf := make([]byte, 0, 2*len(enc))
 	b.SetBytes(int64(len(enc)))
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = appendEntry(buf[:0], &e, nil, hs)
+		buf = AppendEntry(buf[:0], &e, nil, hs)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/binary"
@@ -38,7 +38,7 @@ import (
 // another process's epoch and are verified by the entry checksum on read,
 // as are values without a trailer (a snapshot of an earlier release).
 // Every value stored is either encoded here or was checked by its entry
-// checksum when it arrived from a peer (handoff.go), so bytes are checked
+// checksum when it arrived from a peer (proxy's handoff.go), so bytes are checked
 // where they can have been damaged — on disk, on the wire — and not on
 // every read from memory.
 const (
@@ -201,10 +201,10 @@ func (s *store) del(k []byte) { s.c.Del(k) }
 // files through a temporary name and renames it into place).
 func (s *store) save(path string) error {
 	if err := os.MkdirAll(parentDir(path), 0o755); err != nil {
-		return fmt.Errorf("proxy: save cache %s: %w", path, err)
+		return fmt.Errorf("cache: save cache %s: %w", path, err)
 	}
 	if err := s.c.SaveToFileConcurrent(path, runtime.GOMAXPROCS(0)); err != nil {
-		return fmt.Errorf("proxy: save cache %s: %w", path, err)
+		return fmt.Errorf("cache: save cache %s: %w", path, err)
 	}
 	return nil
 }

@@ -1,9 +1,10 @@
-package proxy
+package cache
 
 import (
 	"bytes"
 	"encoding/binary"
 	"log/slog"
+	"strconv"
 	"testing"
 )
 
@@ -15,7 +16,7 @@ func newTestStore(t testing.TB) *store {
 func TestStoreRoundTripSizes(t *testing.T) {
 	s := newTestStore(t)
 	for _, n := range []int{0, 1, 1000, maxSmallKV - 10, maxSmallKV, 64 << 10, 100 << 10, 300<<10 + 7, 2 << 20} {
-		key := []byte("key-" + itoa(n))
+		key := []byte("key-" + strconv.Itoa(n))
 		v := bytes.Repeat([]byte{byte(n), byte(n >> 8), 0x5a}, n/3+1)[:n]
 		s.set(key, v)
 		got, verified := s.getVerified(make([]byte, 0, 16), key)

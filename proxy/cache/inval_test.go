@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"bytes"
@@ -8,10 +8,10 @@ import (
 // TestInvalidationTableRoundTrip: what is saved is what is loaded.
 func TestInvalidationTableRoundTrip(t *testing.T) {
 	iv := newInvalidations()
-	iv.invalidateURL(7, false)
-	iv.invalidateURL(99, true)
-	iv.invalidateTag([]byte("news"), false)
-	iv.invalidateAll()
+	iv.InvalidateURL(7, false)
+	iv.InvalidateURL(99, true)
+	iv.InvalidateTag([]byte("news"), false)
+	iv.InvalidateAll()
 	b := iv.encode()
 	got := newInvalidations()
 	if err := got.decode(b); err != nil {
@@ -24,7 +24,7 @@ func TestInvalidationTableRoundTrip(t *testing.T) {
 	if got.clock.Load() < iv.clock.Load() {
 		t.Fatal("the loaded clock went back")
 	}
-	if dead, _ := got.verdict(got.global.Load()-1, 12345, nil); !dead {
+	if dead, _ := got.Verdict(got.Global.Load()-1, 12345, nil); !dead {
 		t.Fatal("an entry fetched before the saved global watermark is alive")
 	}
 }
@@ -33,31 +33,17 @@ func TestInvalidationTableRoundTrip(t *testing.T) {
 // panic, and never lowers what a table already holds.
 func FuzzInvalidationDecode(f *testing.F) {
 	iv := newInvalidations()
-	iv.invalidateURL(1, false)
-	iv.invalidateTag([]byte("t"), true)
+	iv.InvalidateURL(1, false)
+	iv.InvalidateTag([]byte("t"), true)
 	f.Add(iv.encode())
 	f.Add([]byte("SHI1"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		x := newInvalidations()
-		x.invalidateURL(5, false)
+		x.InvalidateURL(5, false)
 		before := x.url[5].hard.Load()
 		_ = x.decode(b)
 		if x.url[5].hard.Load() < before {
 			t.Fatal("decode lowered a slot")
-		}
-	})
-}
-
-// FuzzParsePeerTags: a peer's Shield-Tags value never panics and never
-// yields more tags than an entry may hold.
-func FuzzParsePeerTags(f *testing.F) {
-	f.Add([]byte("t00000000000000010102030405060708"))
-	f.Add([]byte("t"))
-	f.Add([]byte("x0000000000000001"))
-	f.Fuzz(func(t *testing.T, v []byte) {
-		_, tags, ok := parsePeerTags(v)
-		if ok && (len(tags)%8 != 0 || len(tags) > maxTags*8) {
-			t.Fatalf("parsePeerTags(%q) = %d tag bytes", v, len(tags))
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package proxy
+package cache
 
 import (
 	"encoding/binary"
@@ -33,12 +33,12 @@ import (
 // entry is encoded: a status line without reason phrase ("HTTP/1.1 200")
 // and every stored header as a "Name: value" line, each ending in CRLF,
 // with the origin's Date among them. A hit copies the head parsed from
-// these bytes (hithead.go) and sets its own fields (Age, Cache-Status) on
+// these bytes (proxy's hithead.go) and sets its own fields (Age, Cache-Status) on
 // top, instead of setting the stored fields one by one after parsing a
 // Date block: half the cost of a hit was there. head is
 // empty for kinds without an answer and for headers that cannot be
 // written as lines (names that are not tokens, values with control
-// bytes); such hits set the fields one by one (writeEntryHeaders), as do
+// bytes); such hits set the fields one by one (proxy's writeEntryHeaders), as do
 // 304s, which carry only some fields.
 //
 // The headers section is prefixed by its length so that decoding an entry
@@ -53,16 +53,16 @@ import (
 // invalidation table (inval.go), so a purge is O(1) whatever the cache
 // holds and never undone by an entry fetched before it.
 //
-// A vary marker (kindVary) has no body and no headers; its storedAt is the
+// A vary marker (KindVary) has no body and no headers; its storedAt is the
 // instant from which variants are valid: a variant stored before its
 // marker was written is ignored, so deleting or rewriting the marker
-// invalidates every variant at once. A hit-for-miss record (kindHitForMiss)
+// invalidates every variant at once. A hit-for-miss record (KindHitForMiss)
 // says the key's last response could not be shared; its lifetime is how
-// long requests skip the coalescing queue. A near copy (kindNearCopy) is
+// long requests skip the coalescing queue. A near copy (KindNearCopy) is
 // a response kept by a node that does not own the key (hot keys).
 //
 // Anything that does not parse exactly — short buffer, wrong magic,
-// unknown version, bad checksum, lengths that disagree — is errCorrupt,
+// unknown version, bad checksum, lengths that disagree — is ErrCorrupt,
 // which callers treat as a miss.
 const (
 	entryVersion = 3
@@ -73,89 +73,96 @@ const (
 	// sequence, URL digest, and the five length/count prefixes of version
 	// 2 (at least one byte each; version 3 has two more).
 	fixedMetaLen = 3 + 1 + 1 + 2 + 8*5 + 8 + 16 + 5
-	// maxTags bounds the surrogate keys kept per entry.
-	maxTags = 64
+	// MaxTags bounds the surrogate keys kept per entry.
+	MaxTags = 64
 )
 
-type entryKind uint8
+// Kind says what an entry holds.
+type Kind uint8
 
+// Entry kinds (see the layout above).
 const (
-	kindResponse entryKind = iota + 1
-	kindVary
-	kindHitForMiss
-	// kindNearCopy is a response a non-owner keeps for a hot key; only
+	// KindResponse is a stored response.
+	KindResponse Kind = iota + 1
+	// KindVary is a vary marker: the names variants are keyed by.
+	KindVary
+	// KindHitForMiss says the key's last response could not be shared.
+	KindHitForMiss
+	// KindNearCopy is a response a non-owner keeps for a hot key; only
 	// near copies answer at an edge instead of forwarding to the owner.
-	kindNearCopy
+	KindNearCopy
 )
 
-var errCorrupt = errors.New("proxy: corrupt cache entry")
+// ErrCorrupt is any entry that does not decode exactly; callers treat
+// it as a miss.
+var ErrCorrupt = errors.New("cache: corrupt cache entry")
 
-// entry is a decoded cache entry. Its slices point into the buffer it was
+// Entry is a decoded cache entry. Its slices point into the buffer it was
 // decoded from and are valid as long as that buffer is.
-type entry struct {
-	kind       entryKind
-	status     int
-	storedAt   int64 // unix ns
-	initialAge int64 // ns
-	lifetime   int64 // ns
-	swr        int64 // ns
-	sie        int64 // ns
-	keyDigest  uint64
-	fetchSeq   int64  // invalidation clock at fetch start
-	urlDigest  uint64 // digest of the key's URL part (cachekey.AppendURL)
-	tags       []byte // ≤ maxTags little-endian uint64 surrogate key digests
+type Entry struct {
+	Kind       Kind
+	Status     int
+	StoredAt   int64 // unix ns
+	InitialAge int64 // ns
+	Lifetime   int64 // ns
+	SWR        int64 // ns
+	SIE        int64 // ns
+	KeyDigest  uint64
+	FetchSeq   int64  // invalidation clock at fetch start
+	URLDigest  uint64 // digest of the key's URL part (cachekey.AppendURL)
+	Tags       []byte // ≤ MaxTags little-endian uint64 surrogate key digests
 
-	etag         []byte
-	lastModified []byte
-	body         []byte
+	ETag         []byte
+	LastModified []byte
+	Body         []byte
 
 	varyRaw     []byte // encoded vary section: count, then names
 	headersRaw  []byte // encoded headers section: count, then pairs
-	head        []byte // prepared head: status line and header lines (may be empty)
-	varyCount   int
-	headerCount int
+	Head        []byte // prepared head: status line and header lines (may be empty)
+	VaryCount   int
+	HeaderCount int
 }
 
-// header is a name/value pair to encode.
-type header struct{ k, v []byte }
+// Header is a name/value pair to encode.
+type Header struct{ Name, Value []byte }
 
-// appendEntry encodes e (its body, validators and timing fields) with the
+// AppendEntry encodes e (its body, validators and timing fields) with the
 // given vary names and headers, appending to dst.
-func appendEntry(dst []byte, e *entry, vary [][]byte, headers []header) []byte {
+func AppendEntry(dst []byte, e *Entry, vary [][]byte, headers []Header) []byte {
 	start := len(dst)
-	dst = append(dst, e.body...)
+	dst = append(dst, e.Body...)
 	metaStart := len(dst)
-	dst = append(dst, 'S', 'H', 'E', entryVersion, byte(e.kind))
-	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.status))
-	for _, v := range [...]int64{e.storedAt, e.initialAge, e.lifetime, e.swr, e.sie} {
+	dst = append(dst, 'S', 'H', 'E', entryVersion, byte(e.Kind))
+	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.Status))
+	for _, v := range [...]int64{e.StoredAt, e.InitialAge, e.Lifetime, e.SWR, e.SIE} {
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(v))
 	}
-	dst = binary.LittleEndian.AppendUint64(dst, e.keyDigest)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.fetchSeq))
-	dst = binary.LittleEndian.AppendUint64(dst, e.urlDigest)
-	dst = appendBytes(dst, e.etag)
-	dst = appendBytes(dst, e.lastModified)
+	dst = binary.LittleEndian.AppendUint64(dst, e.KeyDigest)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(e.FetchSeq))
+	dst = binary.LittleEndian.AppendUint64(dst, e.URLDigest)
+	dst = appendBytes(dst, e.ETag)
+	dst = appendBytes(dst, e.LastModified)
 	dst = binary.AppendUvarint(dst, uint64(len(vary)))
 	for _, v := range vary {
 		dst = appendBytes(dst, v)
 	}
 	sectionLen := uvarintLen(uint64(len(headers)))
 	for _, h := range headers {
-		sectionLen += uvarintLen(uint64(len(h.k))) + len(h.k) + uvarintLen(uint64(len(h.v))) + len(h.v)
+		sectionLen += uvarintLen(uint64(len(h.Name))) + len(h.Name) + uvarintLen(uint64(len(h.Value))) + len(h.Value)
 	}
 	dst = binary.AppendUvarint(dst, uint64(sectionLen))
 	dst = binary.AppendUvarint(dst, uint64(len(headers)))
 	for _, h := range headers {
-		dst = appendBytes(dst, h.k)
-		dst = appendBytes(dst, h.v)
+		dst = appendBytes(dst, h.Name)
+		dst = appendBytes(dst, h.Value)
 	}
 	dst = appendHead(dst, e, headers)
-	dst = binary.AppendUvarint(dst, uint64(len(e.tags)/8))
-	dst = append(dst, e.tags[:len(e.tags)/8*8]...)
+	dst = binary.AppendUvarint(dst, uint64(len(e.Tags)/8))
+	dst = append(dst, e.Tags[:len(e.Tags)/8*8]...)
 	metaLen := len(dst) - metaStart
 	sum := xxhash.Sum64(dst[start:])
 	dst = binary.LittleEndian.AppendUint32(dst, uint32(metaLen))
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.body)))
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.Body)))
 	dst = binary.LittleEndian.AppendUint64(dst, sum)
 	return dst
 }
@@ -170,22 +177,22 @@ func uvarintLen(x uint64) int {
 
 // appendHead appends the head section (see the layout above): empty
 // unless every field can be sent as a line exactly as stored.
-func appendHead(dst []byte, e *entry, headers []header) []byte {
-	if (e.kind != kindResponse && e.kind != kindNearCopy) || e.status < 100 || e.status > 999 {
+func appendHead(dst []byte, e *Entry, headers []Header) []byte {
+	if (e.Kind != KindResponse && e.Kind != KindNearCopy) || e.Status < 100 || e.Status > 999 {
 		return append(dst, 0)
 	}
 	n := len("HTTP/1.1 200\r\n")
 	for _, h := range headers {
-		if !isTokenBytes(h.k) || !headValue(h.v) {
+		if !isTokenBytes(h.Name) || !headValue(h.Value) {
 			return append(dst, 0)
 		}
-		n += len(h.k) + 2 + len(h.v) + 2
+		n += len(h.Name) + 2 + len(h.Value) + 2
 	}
 	dst = binary.AppendUvarint(dst, uint64(n))
-	dst = strconv.AppendInt(append(dst, "HTTP/1.1 "...), int64(e.status), 10)
+	dst = strconv.AppendInt(append(dst, "HTTP/1.1 "...), int64(e.Status), 10)
 	dst = append(dst, '\r', '\n')
 	for _, h := range headers {
-		dst = append(append(append(append(dst, h.k...), ':', ' '), h.v...), '\r', '\n')
+		dst = append(append(append(append(dst, h.Name...), ':', ' '), h.Value...), '\r', '\n')
 	}
 	return dst
 }
@@ -210,19 +217,19 @@ func appendBytes(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// decodeEntry parses b into e without allocating. e's slices alias b.
-func decodeEntry(b []byte, e *entry) error { return decodeEntryCheck(b, e, true) }
+// DecodeEntry parses b into e without allocating. e's slices alias b.
+func DecodeEntry(b []byte, e *Entry) error { return DecodeEntryCheck(b, e, true) }
 
-// decodeEntryCheck is decodeEntry; checksum false skips hashing the
+// DecodeEntryCheck is DecodeEntry; checksum false skips hashing the
 // payload and walking the headers section, for entries this process
 // wrote itself (the store marks them verified, store.go): hashing the
 // entry on every hit was 6 % of a 1 KiB hit's CPU and a quarter of a
 // 100 KiB one's, and fastcache compares whole keys, so a read returns
 // exactly the bytes written. Bytes from elsewhere (a snapshot, a peer)
 // are checked in full.
-func decodeEntryCheck(b []byte, e *entry, checksum bool) error {
+func DecodeEntryCheck(b []byte, e *Entry, checksum bool) error {
 	if len(b) < footerLen+fixedMetaLen {
-		return errCorrupt
+		return ErrCorrupt
 	}
 	f := b[len(b)-footerLen:]
 	metaLen := int(binary.LittleEndian.Uint32(f[0:4]))
@@ -230,76 +237,76 @@ func decodeEntryCheck(b []byte, e *entry, checksum bool) error {
 	sum := binary.LittleEndian.Uint64(f[8:16])
 	payload := b[:len(b)-footerLen]
 	if metaLen < fixedMetaLen || bodyLen < 0 || metaLen+bodyLen != len(payload) {
-		return errCorrupt
+		return ErrCorrupt
 	}
 	if checksum && xxhash.Sum64(payload) != sum {
-		return errCorrupt
+		return ErrCorrupt
 	}
 	m := payload[bodyLen:]
 	if m[0] != 'S' || m[1] != 'H' || m[2] != 'E' || (m[3] != entryVersion && m[3] != entryVersionV2) {
-		return errCorrupt
+		return ErrCorrupt
 	}
 	version := m[3]
-	*e = entry{}
-	e.kind = entryKind(m[4])
-	if e.kind < kindResponse || e.kind > kindNearCopy {
-		return errCorrupt
+	*e = Entry{}
+	e.Kind = Kind(m[4])
+	if e.Kind < KindResponse || e.Kind > KindNearCopy {
+		return ErrCorrupt
 	}
-	e.status = int(binary.LittleEndian.Uint16(m[5:7]))
+	e.Status = int(binary.LittleEndian.Uint16(m[5:7]))
 	p := m[7:]
-	e.storedAt = int64(binary.LittleEndian.Uint64(p[0:]))
-	e.initialAge = int64(binary.LittleEndian.Uint64(p[8:]))
-	e.lifetime = int64(binary.LittleEndian.Uint64(p[16:]))
-	e.swr = int64(binary.LittleEndian.Uint64(p[24:]))
-	e.sie = int64(binary.LittleEndian.Uint64(p[32:]))
-	e.keyDigest = binary.LittleEndian.Uint64(p[40:])
-	e.fetchSeq = int64(binary.LittleEndian.Uint64(p[48:]))
-	e.urlDigest = binary.LittleEndian.Uint64(p[56:])
+	e.StoredAt = int64(binary.LittleEndian.Uint64(p[0:]))
+	e.InitialAge = int64(binary.LittleEndian.Uint64(p[8:]))
+	e.Lifetime = int64(binary.LittleEndian.Uint64(p[16:]))
+	e.SWR = int64(binary.LittleEndian.Uint64(p[24:]))
+	e.SIE = int64(binary.LittleEndian.Uint64(p[32:]))
+	e.KeyDigest = binary.LittleEndian.Uint64(p[40:])
+	e.FetchSeq = int64(binary.LittleEndian.Uint64(p[48:]))
+	e.URLDigest = binary.LittleEndian.Uint64(p[56:])
 	p = p[64:]
 	var ok bool
-	if e.etag, p, ok = readBytes(p); !ok {
-		return errCorrupt
+	if e.ETag, p, ok = readBytes(p); !ok {
+		return ErrCorrupt
 	}
-	if e.lastModified, p, ok = readBytes(p); !ok {
-		return errCorrupt
+	if e.LastModified, p, ok = readBytes(p); !ok {
+		return ErrCorrupt
 	}
-	if e.varyCount, e.varyRaw, p, ok = readList(p, 1); !ok {
-		return errCorrupt
+	if e.VaryCount, e.varyRaw, p, ok = readList(p, 1); !ok {
+		return ErrCorrupt
 	}
 	if version == entryVersionV2 {
-		if e.headerCount, e.headersRaw, p, ok = readList(p, 2); !ok {
-			return errCorrupt
+		if e.HeaderCount, e.headersRaw, p, ok = readList(p, 2); !ok {
+			return ErrCorrupt
 		}
 	} else {
 		var section []byte
 		if section, p, ok = readBytes(p); !ok {
-			return errCorrupt
+			return ErrCorrupt
 		}
 		if checksum {
 			var rest []byte
-			if e.headerCount, e.headersRaw, rest, ok = readList(section, 2); !ok || len(rest) != 0 {
-				return errCorrupt
+			if e.HeaderCount, e.headersRaw, rest, ok = readList(section, 2); !ok || len(rest) != 0 {
+				return ErrCorrupt
 			}
 		} else {
 			n, w := binary.Uvarint(section)
 			if w <= 0 || n > uint64(len(section)) {
-				return errCorrupt
+				return ErrCorrupt
 			}
-			e.headerCount, e.headersRaw = int(n), section[w:]
+			e.HeaderCount, e.headersRaw = int(n), section[w:]
 		}
-		if e.head, p, ok = readBytes(p); !ok {
-			return errCorrupt
+		if e.Head, p, ok = readBytes(p); !ok {
+			return ErrCorrupt
 		}
 	}
 	nt, w := binary.Uvarint(p)
-	if w <= 0 || nt > maxTags || uint64(len(p)-w) != nt*8 {
-		return errCorrupt
+	if w <= 0 || nt > MaxTags || uint64(len(p)-w) != nt*8 {
+		return ErrCorrupt
 	}
-	e.tags, p = p[w:len(p):len(p)], nil
+	e.Tags, p = p[w:len(p):len(p)], nil
 	if len(p) != 0 {
-		return errCorrupt
+		return ErrCorrupt
 	}
-	e.body = payload[:bodyLen:bodyLen]
+	e.Body = payload[:bodyLen:bodyLen]
 	return nil
 }
 
@@ -330,11 +337,11 @@ func readList(p []byte, per int) (count int, raw, rest []byte, ok bool) {
 	return int(n), start[:len(start)-len(rest)], rest, true
 }
 
-// fieldIter walks a validated list section produced by readList.
-type fieldIter struct{ p []byte }
+// FieldIter walks a validated list section produced by readList.
+type FieldIter struct{ p []byte }
 
-// next returns the next field; ok is false at the end.
-func (it *fieldIter) next() (field []byte, ok bool) {
+// Next returns the next field; ok is false at the end.
+func (it *FieldIter) Next() (field []byte, ok bool) {
 	if len(it.p) == 0 {
 		return nil, false
 	}
@@ -342,34 +349,63 @@ func (it *fieldIter) next() (field []byte, ok bool) {
 	return field, ok
 }
 
-// headers iterates the entry's stored headers as name, value pairs.
-func (e *entry) headers() fieldIter { return fieldIter{p: e.headersRaw} }
+// Headers iterates the entry's stored headers as name, value pairs.
+func (e *Entry) Headers() FieldIter { return FieldIter{p: e.headersRaw} }
 
-// varyNames iterates the entry's lower-case Vary header names.
-func (e *entry) varyNames() fieldIter { return fieldIter{p: e.varyRaw} }
+// VaryNames iterates the entry's lower-case Vary header names.
+func (e *Entry) VaryNames() FieldIter { return FieldIter{p: e.varyRaw} }
 
-// varyList collects the Vary names (aliasing the entry's buffer) for
+// VaryList collects the Vary names (aliasing the entry's buffer) for
 // re-encoding; it allocates, so the hit path iterates instead.
-func (e *entry) varyList() [][]byte {
+func (e *Entry) VaryList() [][]byte {
 	var out [][]byte
-	it := e.varyNames()
-	for n, ok := it.next(); ok; n, ok = it.next() {
+	it := e.VaryNames()
+	for n, ok := it.Next(); ok; n, ok = it.Next() {
 		out = append(out, n)
 	}
 	return out
 }
 
-// headerList collects the stored headers (aliasing the entry's buffer)
+// HeaderList collects the stored headers (aliasing the entry's buffer)
 // for re-encoding; it allocates, so the hit path iterates instead.
-func (e *entry) headerList() []header {
-	var out []header
-	it := e.headers()
+func (e *Entry) HeaderList() []Header {
+	var out []Header
+	it := e.Headers()
 	for {
-		k, ok := it.next()
+		k, ok := it.Next()
 		if !ok {
 			return out
 		}
-		v, _ := it.next()
-		out = append(out, header{k: k, v: v})
+		v, _ := it.Next()
+		out = append(out, Header{Name: k, Value: v})
 	}
 }
+
+// isTokenBytes reports whether b is a non-empty RFC 9110 token. It is
+// proxy's sanitize.go check, copied: the cache imports no other proxy
+// package, and a head is prepared only from names a parser would accept.
+func isTokenBytes(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+var tokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
