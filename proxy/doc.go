@@ -37,7 +37,8 @@
 //	origin.go            one protected origin call: budget, breaker, retry
 //	originservers.go     an origin's servers: pools, TLS dialing, health checks
 //	coalesce.go          in-flight fetches per key
-//	upstream.go          what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)
+//	relay.go             what crosses between client and origin, both ways: the origin
+//	                     request (hop-by-hop, X-Forwarded-*, Via) and the answer's head
 //	freshness.go         origin response → stale.Facts → storable / lifetime / windows
 //	entry.go             the versioned cache entry codec
 //	entryage.go          an entry's age and freshness at a time
