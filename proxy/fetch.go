@@ -10,6 +10,7 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -42,8 +43,22 @@ type answer struct {
 	// (a 304 that made the copy unstorable, or an answer an invalidation
 	// overtook while it was in flight).
 	noShare bool
-	seq     int64 // the fetch's invalidation clock value
-	lease   lease // ansStream: the origin budget slot, held until the body is relayed
+	seq     int64          // the fetch's invalidation clock value
+	lease   upstream.Lease // ansStream: the origin budget slot, held until the body is relayed
+}
+
+// failure says why a fetch gave no answer, and what shield answers
+// instead when no stale copy can: an origin's (upstream.Failure) or the
+// request path's own (wait-timeout, origin-5xx, invalidated).
+type failure struct {
+	status     int           // 502, 503 or 504 (429: origin-429)
+	detail     string        // Cache-Status detail and stale reason label
+	retryAfter time.Duration // for 503s
+}
+
+// fromUpstream is an origin's failure as the request path answers it.
+func fromUpstream(f upstream.Failure) failure {
+	return failure{status: f.Status, detail: f.Detail, retryAfter: f.RetryAfter}
 }
 
 // release frees the origin response the answer still holds.
@@ -53,7 +68,7 @@ func (a *answer) release() {
 		fasthttp.ReleaseResponse(a.resp)
 		a.resp = nil
 	}
-	a.lease.end()
+	a.lease.End()
 }
 
 // originFetch is one fetch for the cache: the request it is made for,
@@ -98,63 +113,36 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	o := rte.origin
 	resp := fasthttp.AcquireResponse()
 	reqTime := time.Now()
-	// Inside the overlap window a new owner first asks the key's previous
-	// owner for its cached copy, once.
-	fromPrev := false
-	var prevTags []byte
-	if c := p.cluster.Load(); f.prev != nil && c != nil && se == nil {
-		fromPrev = p.readThrough(c, f.prev, req, f.tid, resp)
-		if fromPrev {
-			// The previous owner's copy is ours only if no invalidation
-			// this node knows of (a write or purge here, during the
-			// overlap) came after that copy's fetch started.
-			remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
-			if dead, _ := p.iv.verdict(remoteSeq, urlDigest, tags); !ok || dead {
-				c.readThroughMiss.Inc()
-				resp.Reset()
-				fromPrev = false
-			} else {
-				seq, prevTags = min(seq, remoteSeq), tags
-			}
-			resp.Header.DelBytes(hShieldTags)
-		}
-	}
-	var l lease
+	fromPrev, seq, prevTags := p.readThroughPrev(seq, f, resp)
+	var l upstream.Lease
 	if !fromPrev {
-		var ok bool
 		var fl failure
-		tok := httpx.WatchHints(req, f.client, o.maxHints)
-		l, ok, fl = o.call(f.tenant, rte.prio, req, resp)
-		httpx.EndHints(req, tok)
-		if !ok {
-			rte.countShed(fl)
+		if l, fl = callOrigin(f, resp); fl.status != 0 {
 			fasthttp.ReleaseResponse(resp)
 			return answer{kind: ansFailed, fail: fl}
 		}
 	}
 	status := resp.StatusCode()
 	if se != nil {
+		o.Revalidated(status == fasthttp.StatusNotModified)
 		if status == fasthttp.StatusNotModified {
-			o.m.notModified.Inc()
 			_ = resp.CloseBodyStream()
-			l.end()
+			l.End()
 			a := p.refresh(rte, se, resp, f.flightKey, seq, reqTime, time.Now(), hasAuth)
 			fasthttp.ReleaseResponse(resp)
 			return a
 		}
-		o.m.modified.Inc()
 	}
 	body, complete, err := readBody(resp, rt.maxObject)
 	if err != nil {
-		l.end()
+		l.End()
 		fasthttp.ReleaseResponse(resp)
-		o.m.fetches[outError].Inc()
-		return answer{kind: ansFailed, fail: failure{status: fasthttp.StatusBadGateway, detail: "error"}}
+		return answer{kind: ansFailed, fail: fromUpstream(o.BodyFailed())}
 	}
 	if !complete {
 		return answer{kind: ansStream, resp: resp, body: body, lease: l}
 	}
-	l.end()
+	l.End()
 	// An error answer the origin gave explicit freshness is an answer
 	// like any other (RFC 9111 §3): stored and served as a hit. With a
 	// stored copy to fall back on, the stale rules win instead: an
@@ -203,6 +191,52 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		p.storeSiblings(rte, key, enc)
 	}
 	return answer{kind: ansStored, entry: enc, key: key}
+}
+
+// readThroughPrev asks the key's previous owner for its cached copy
+// first, once, when inside the overlap window a new owner misses (f.prev
+// set, no stale copy to revalidate). fromPrev says resp holds that copy;
+// seq is then the older of the two fetches' clock values and tags the
+// copy's surrogate-key digests.
+func (p *Proxy) readThroughPrev(seq int64, f *originFetch, resp *fasthttp.Response) (fromPrev bool, _ int64, tags []byte) {
+	c := p.cluster.Load()
+	if f.prev == nil || c == nil || f.stale != nil {
+		return false, seq, nil
+	}
+	if !p.readThrough(c, f.prev, f.req, f.tid, resp) {
+		return false, seq, nil
+	}
+	fromPrev = true
+	// The previous owner's copy is ours only if no invalidation
+	// this node knows of (a write or purge here, during the
+	// overlap) came after that copy's fetch started.
+	remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
+	if dead, _ := p.iv.verdict(remoteSeq, f.urlDigest, tags); !ok || dead {
+		c.readThroughMiss.Inc()
+		resp.Reset()
+		fromPrev, tags = false, nil
+	} else {
+		seq = min(seq, remoteSeq)
+	}
+	resp.Header.DelBytes(hShieldTags)
+	return fromPrev, seq, tags
+}
+
+// callOrigin makes f's protected origin call into resp, relaying the
+// origin's 103 Early Hints to f.client. A failure (status not 0), counted
+// against the route when it was a budget refusal, comes with the zero
+// lease.
+func callOrigin(f *originFetch, resp *fasthttp.Response) (upstream.Lease, failure) {
+	o := f.rte.origin
+	tok := httpx.WatchHints(f.req, f.client, o.MaxHints())
+	l, ok, uf := o.Call(f.tenant, f.rte.prio, f.req, resp)
+	httpx.EndHints(f.req, tok)
+	if ok {
+		return l, failure{}
+	}
+	fl := fromUpstream(uf)
+	f.rte.countShed(fl)
+	return l, fl
 }
 
 // publish hands a fetch's outcome to the flight's waiters. Only a stored
