@@ -6,7 +6,6 @@ import (
 
 	"github.com/VictoriaMetrics/fastcache"
 	"github.com/VictoriaMetrics/metrics"
-
 )
 
 // Metrics use github.com/VictoriaMetrics/metrics rather than
