@@ -95,9 +95,8 @@ func newRegistry(t testing.TB) *testRegistry {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, st := range r.states {
-			for _, s := range st.servers.servers {
-				s.hc.CloseIdleConnections()
-				s.fresh.CloseIdleConnections()
+			if st.servers != nil {
+				(&Origin{servers: st.servers}).CloseIdleConnections()
 			}
 		}
 	})
