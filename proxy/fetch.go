@@ -109,8 +109,7 @@ func (p *Proxy) fetchOrigin(f *originFetch) answer {
 }
 
 func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
-	rt, rte, req, se, urlDigest, hasAuth := f.rt, f.rte, f.req, f.stale, f.urlDigest, f.hasAuth
-	o := rte.origin
+	rte, req, se, urlDigest, hasAuth := f.rte, f.req, f.stale, f.urlDigest, f.hasAuth
 	resp := fasthttp.AcquireResponse()
 	reqTime := time.Now()
 	fromPrev, seq, prevTags := p.readThroughPrev(seq, f, resp)
@@ -124,7 +123,7 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	}
 	status := resp.StatusCode()
 	if se != nil {
-		o.Revalidated(status == fasthttp.StatusNotModified)
+		rte.origin.Revalidated(status == fasthttp.StatusNotModified)
 		if status == fasthttp.StatusNotModified {
 			_ = resp.CloseBodyStream()
 			l.End()
@@ -133,25 +132,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 			return a
 		}
 	}
-	body, complete, err := readBody(resp, rt.maxObject)
-	if err != nil {
-		l.End()
-		fasthttp.ReleaseResponse(resp)
-		return answer{kind: ansFailed, fail: fromUpstream(o.BodyFailed())}
-	}
-	if !complete {
-		return answer{kind: ansStream, resp: resp, body: body, lease: l}
-	}
-	l.End()
-	// An error answer the origin gave explicit freshness is an answer
-	// like any other (RFC 9111 §3): stored and served as a hit. With a
-	// stored copy to fall back on, the stale rules win instead: an
-	// origin failing now does not replace a good copy (README Decisions).
-	if status >= 500 && (se != nil || !explicitFreshness(resp, rte)) {
-		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}
-	}
-	if status == fasthttp.StatusTooManyRequests && rte.staleOn429 {
-		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusTooManyRequests, detail: "origin-429"}}
+	body, a, done := readFetched(f, resp, l)
+	if done {
+		return a
 	}
 	respTime := time.Now()
 	d := decide(hasAuth, resp, rte, reqTime, respTime)
@@ -220,6 +203,36 @@ func (p *Proxy) readThroughPrev(seq int64, f *originFetch, resp *fasthttp.Respon
 	}
 	resp.Header.DelBytes(hShieldTags)
 	return fromPrev, seq, tags
+}
+
+// readFetched reads the body of the origin's answer resp, whose budget
+// slot l holds, and returns with done set the answer when it is not one
+// to store: a body that could not be read, one too large to store
+// (streamed on, l still held), an error answer the stale rules take over.
+// Otherwise l has ended and body is the whole body.
+func readFetched(f *originFetch, resp *fasthttp.Response, l upstream.Lease) (body []byte, a answer, done bool) {
+	rte, status := f.rte, resp.StatusCode()
+	body, complete, err := readBody(resp, f.rt.maxObject)
+	if err != nil {
+		l.End()
+		fasthttp.ReleaseResponse(resp)
+		return nil, answer{kind: ansFailed, fail: fromUpstream(rte.origin.BodyFailed())}, true
+	}
+	if !complete {
+		return nil, answer{kind: ansStream, resp: resp, body: body, lease: l}, true
+	}
+	l.End()
+	// An error answer the origin gave explicit freshness is an answer
+	// like any other (RFC 9111 §3): stored and served as a hit. With a
+	// stored copy to fall back on, the stale rules win instead: an
+	// origin failing now does not replace a good copy (README Decisions).
+	if status >= 500 && (f.stale != nil || !explicitFreshness(resp, rte)) {
+		return nil, answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}, true
+	}
+	if status == fasthttp.StatusTooManyRequests && rte.staleOn429 {
+		return nil, answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusTooManyRequests, detail: "origin-429"}}, true
+	}
+	return body, answer{}, false
 }
 
 // callOrigin makes f's protected origin call into resp, relaying the
