@@ -129,13 +129,6 @@ func routeStatus(r *route) statuspage.Route {
 	return rs
 }
 
-func ratio(a, b uint64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
-}
-
 func tenantStatus(stats []admission.TenantStats) *statuspage.Tenants {
 	all := make([]statuspage.Tenant, 0, len(stats))
 	for _, ts := range stats {
