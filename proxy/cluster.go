@@ -338,7 +338,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster, v *routing.
 	resp := fasthttp.AcquireResponse()
 	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
 	reqTime := time.Now()
-	tok := httpx.WatchHints(req, ctx, rte.origin.maxHints)
+	tok := httpx.WatchHints(req, ctx, rte.origin.MaxHints())
 	err := pc.hc.DoDeadline(req, resp, reqTime.Add(c.timeout))
 	httpx.EndHints(req, tok)
 	outcome := breaker.Success

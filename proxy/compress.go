@@ -15,6 +15,7 @@ import (
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -514,7 +515,7 @@ func (rte *route) forwardCoding(h *fasthttp.RequestHeader, idx uint8) {
 // uncoded, as too large to compress) and codes it for the coding the
 // client's Accept-Encoding negotiates. It reports whether it answered
 // (resp and the lease are then finished with).
-func (p *Proxy) compressForwarded(ctx *fasthttp.RequestCtx, rte *route, resp *fasthttp.Response, l lease) bool {
+func (p *Proxy) compressForwarded(ctx *fasthttp.RequestCtx, rte *route, resp *fasthttp.Response, l upstream.Lease) bool {
 	h := &resp.Header
 	if !ctx.IsGet() || resp.StatusCode() != fasthttp.StatusOK || h.ContentLength() > rte.comp.maxSize ||
 		!rte.comp.eligible(fasthttp.StatusOK, max(rte.comp.minSize, 1), h.ContentType(), h.PeekBytes(hContentEncoding), h.PeekBytes(httpx.HCacheControl)) {
@@ -527,13 +528,13 @@ func (p *Proxy) compressForwarded(ctx *fasthttp.RequestCtx, rte *route, resp *fa
 			return true
 		}
 		fasthttp.ReleaseResponse(resp)
-		l.end()
+		l.End()
 		p.generatedStatus(ctx, fasthttp.StatusBadGateway, "origin unavailable: error", cacheStatus{fwd: "bypass", detail: "error"})
 		return true
 	}
 	ctx.Response.SetBody(body)
 	fasthttp.ReleaseResponse(resp)
-	l.end()
+	l.End()
 	p.compressPassed(&ctx.Response, rte, rte.comp.negotiate(ctx.Request.Header.PeekBytes(hAcceptEncoding)))
 	return true
 }

@@ -2,15 +2,18 @@
 // admit, key, owner, lookup, coalesce, fetch, store, respond, plus the
 // admin and peer listeners' handlers. With proxy/httpx, its leaf helpers
 // (header names, dates, tracked connections, Early Hints, certificates),
-// it is the only code that touches fasthttp request and response objects.
+// and proxy/upstream, the origins, it is the only code that touches
+// fasthttp request and response objects.
 // The pure decisions live elsewhere — cache keys in cachekey, freshness
 // and storability in stale, tenant and origin limits in admission,
 // breakers and the retry budget in breaker, routes and the peer set in
 // routing — and are called with plain values. The cache (entries, store,
 // invalidations, namespaces, the ordering of writes) is proxy/cache; the
-// origins and the cluster are still in this package. Which imports each
-// room may have is docs/architecture.md §2 (internal/importrules
-// enforces it).
+// origins (servers, health, budget, breaker, one protected call, and the
+// registry that keeps their state across reloads) are proxy/upstream; the
+// public listener's HTTP/1.x and HTTP/2 servers are proxy/listener. The
+// cluster is still in this package. Which imports each room may have is
+// docs/architecture.md §2 (internal/importrules enforces it).
 //
 // Files, in request order (internal/doccheck checks that the list names
 // every non-test file of the directory and nothing else):
@@ -22,7 +25,7 @@
 //	serve.go             handler: target checks, route, key, owner,
 //	                     lookup, fresh hit (0 allocations), stale-while-revalidate
 //	admit.go             Host validation, tenant identity, admission, 429
-//	overload.go          priority, cost, queue timeout, TTL jitter, eager refresh, shuffle shard
+//	overload.go          route priority and cost, shed counts, TTL jitter, eager refresh
 //	encoding.go          Accept-Encoding canonicalisation: one variant per preference
 //	ranges.go            Range requests cut from the stored whole object
 //	cachestatus.go       the Cache-Status field, written here only
@@ -30,15 +33,15 @@
 //	                     peer TLS reloads (PreparePeerTLS)
 //	peerskip.go          per-peer breakers on the forwarded path (atomics, no allocation)
 //	nearcopy.go          near copies of hot keys, previous-owner read-through
-//	fetch.go             misses: coalescing, origin fetch for the cache, stale-if-error,
+//	fetch.go             misses: coalescing, origin fetch for the cache (through
+//	                     proxy/upstream), stale-if-error,
 //	                     background refresh, storing
 //	pass.go              pass-through (unsafe methods, bypass), invalidation, body streaming
 //	compress.go          compression at the shield: coding negotiation, coded sibling
 //	                     entries, compressing passed-through answers
-//	origin.go            one protected origin call: budget, breaker, retry
-//	originservers.go     an origin's servers: pools, TLS dialing, health checks
 //	coalesce.go          in-flight fetches per key
-//	upstream.go          what is forwarded both ways (hop-by-hop, X-Forwarded-*, Via)
+//	relay.go             what crosses between client and origin, both ways: the origin
+//	                     request (hop-by-hop, X-Forwarded-*, Via) and the answer's head
 //	freshness.go         origin response → stale.Facts → storable / lifetime / windows
 //	hithead.go           a hit's head: parsed heads copied into the answer
 //	purge.go             purge by URL (hard, soft) and by namespace (applied through proxy/cache)

@@ -11,6 +11,7 @@ import (
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/stale"
 )
 
@@ -43,8 +44,22 @@ type answer struct {
 	// (a 304 that made the copy unstorable, or an answer an invalidation
 	// overtook while it was in flight).
 	noShare bool
-	seq     int64 // the fetch's invalidation clock value
-	lease   lease // ansStream: the origin budget slot, held until the body is relayed
+	seq     int64          // the fetch's invalidation clock value
+	lease   upstream.Lease // ansStream: the origin budget slot, held until the body is relayed
+}
+
+// failure says why a fetch gave no answer, and what shield answers
+// instead when no stale copy can: an origin's (upstream.Failure) or the
+// request path's own (wait-timeout, origin-5xx, invalidated).
+type failure struct {
+	status     int           // 502, 503 or 504 (429: origin-429)
+	detail     string        // Cache-Status detail and stale reason label
+	retryAfter time.Duration // for 503s
+}
+
+// fromUpstream is an origin's failure as the request path answers it.
+func fromUpstream(f upstream.Failure) failure {
+	return failure{status: f.Status, detail: f.Detail, retryAfter: f.RetryAfter}
 }
 
 // release frees the origin response the answer still holds.
@@ -54,7 +69,7 @@ func (a *answer) release() {
 		fasthttp.ReleaseResponse(a.resp)
 		a.resp = nil
 	}
-	a.lease.end()
+	a.lease.End()
 }
 
 // originFetch is one fetch for the cache: the request it is made for,
@@ -95,76 +110,32 @@ func (p *Proxy) fetchOrigin(f *originFetch) answer {
 }
 
 func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
-	rt, rte, req, se, urlDigest, hasAuth := f.rt, f.rte, f.req, f.stale, f.urlDigest, f.hasAuth
-	o := rte.origin
+	rte, req, se, urlDigest, hasAuth := f.rte, f.req, f.stale, f.urlDigest, f.hasAuth
 	resp := fasthttp.AcquireResponse()
 	reqTime := time.Now()
-	// Inside the overlap window a new owner first asks the key's previous
-	// owner for its cached copy, once.
-	fromPrev := false
-	var prevTags []byte
-	if c := p.cluster.Load(); f.prev != nil && c != nil && se == nil {
-		fromPrev = p.readThrough(c, f.prev, req, f.tid, resp)
-		if fromPrev {
-			// The previous owner's copy is ours only if no invalidation
-			// this node knows of (a write or purge here, during the
-			// overlap) came after that copy's fetch started.
-			remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
-			if dead, _ := p.cache.Invalidations().Verdict(remoteSeq, urlDigest, tags); !ok || dead {
-				c.readThroughMiss.Inc()
-				resp.Reset()
-				fromPrev = false
-			} else {
-				seq, prevTags = min(seq, remoteSeq), tags
-			}
-			resp.Header.DelBytes(hShieldTags)
-		}
-	}
-	var l lease
+	fromPrev, seq, prevTags := p.readThroughPrev(seq, f, resp)
+	var l upstream.Lease
 	if !fromPrev {
-		var ok bool
 		var fl failure
-		tok := httpx.WatchHints(req, f.client, o.maxHints)
-		l, ok, fl = o.call(f.tenant, rte.prio, req, resp)
-		httpx.EndHints(req, tok)
-		if !ok {
-			rte.countShed(fl)
+		if l, fl = callOrigin(f, resp); fl.status != 0 {
 			fasthttp.ReleaseResponse(resp)
 			return answer{kind: ansFailed, fail: fl}
 		}
 	}
 	status := resp.StatusCode()
 	if se != nil {
+		rte.origin.Revalidated(status == fasthttp.StatusNotModified)
 		if status == fasthttp.StatusNotModified {
-			o.m.notModified.Inc()
 			_ = resp.CloseBodyStream()
-			l.end()
+			l.End()
 			a := p.refresh(rte, se, resp, f.flightKey, seq, reqTime, time.Now(), hasAuth)
 			fasthttp.ReleaseResponse(resp)
 			return a
 		}
-		o.m.modified.Inc()
 	}
-	body, complete, err := readBody(resp, rt.maxObject)
-	if err != nil {
-		l.end()
-		fasthttp.ReleaseResponse(resp)
-		o.m.fetches[outError].Inc()
-		return answer{kind: ansFailed, fail: failure{status: fasthttp.StatusBadGateway, detail: "error"}}
-	}
-	if !complete {
-		return answer{kind: ansStream, resp: resp, body: body, lease: l}
-	}
-	l.end()
-	// An error answer the origin gave explicit freshness is an answer
-	// like any other (RFC 9111 §3): stored and served as a hit. With a
-	// stored copy to fall back on, the stale rules win instead: an
-	// origin failing now does not replace a good copy (README Decisions).
-	if status >= 500 && (se != nil || !explicitFreshness(resp, rte)) {
-		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}
-	}
-	if status == fasthttp.StatusTooManyRequests && rte.staleOn429 {
-		return answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusTooManyRequests, detail: "origin-429"}}
+	body, a, done := readFetched(f, resp, l)
+	if done {
+		return a
 	}
 	respTime := time.Now()
 	d := decide(hasAuth, resp, rte, reqTime, respTime)
@@ -204,6 +175,82 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		p.storeSiblings(rte, key, enc)
 	}
 	return answer{kind: ansStored, entry: enc, key: key}
+}
+
+// readThroughPrev asks the key's previous owner for its cached copy
+// first, once, when inside the overlap window a new owner misses (f.prev
+// set, no stale copy to revalidate). fromPrev says resp holds that copy;
+// seq is then the older of the two fetches' clock values and tags the
+// copy's surrogate-key digests.
+func (p *Proxy) readThroughPrev(seq int64, f *originFetch, resp *fasthttp.Response) (fromPrev bool, _ int64, tags []byte) {
+	c := p.cluster.Load()
+	if f.prev == nil || c == nil || f.stale != nil {
+		return false, seq, nil
+	}
+	if !p.readThrough(c, f.prev, f.req, f.tid, resp) {
+		return false, seq, nil
+	}
+	fromPrev = true
+	// The previous owner's copy is ours only if no invalidation
+	// this node knows of (a write or purge here, during the
+	// overlap) came after that copy's fetch started.
+	remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
+	if dead, _ := p.cache.Invalidations().Verdict(remoteSeq, f.urlDigest, tags); !ok || dead {
+		c.readThroughMiss.Inc()
+		resp.Reset()
+		fromPrev, tags = false, nil
+	} else {
+		seq = min(seq, remoteSeq)
+	}
+	resp.Header.DelBytes(hShieldTags)
+	return fromPrev, seq, tags
+}
+
+// readFetched reads the body of the origin's answer resp, whose budget
+// slot l holds, and returns with done set the answer when it is not one
+// to store: a body that could not be read, one too large to store
+// (streamed on, l still held), an error answer the stale rules take over.
+// Otherwise l has ended and body is the whole body.
+func readFetched(f *originFetch, resp *fasthttp.Response, l upstream.Lease) (body []byte, a answer, done bool) {
+	rte, status := f.rte, resp.StatusCode()
+	body, complete, err := readBody(resp, f.rt.maxObject)
+	if err != nil {
+		l.End()
+		fasthttp.ReleaseResponse(resp)
+		return nil, answer{kind: ansFailed, fail: fromUpstream(rte.origin.BodyFailed())}, true
+	}
+	if !complete {
+		return nil, answer{kind: ansStream, resp: resp, body: body, lease: l}, true
+	}
+	l.End()
+	// An error answer the origin gave explicit freshness is an answer
+	// like any other (RFC 9111 §3): stored and served as a hit. With a
+	// stored copy to fall back on, the stale rules win instead: an
+	// origin failing now does not replace a good copy (README Decisions).
+	if status >= 500 && (f.stale != nil || !explicitFreshness(resp, rte)) {
+		return nil, answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusBadGateway, detail: "origin-5xx"}}, true
+	}
+	if status == fasthttp.StatusTooManyRequests && rte.staleOn429 {
+		return nil, answer{kind: ansOriginError, resp: resp, body: body, fail: failure{status: fasthttp.StatusTooManyRequests, detail: "origin-429"}}, true
+	}
+	return body, answer{}, false
+}
+
+// callOrigin makes f's protected origin call into resp, relaying the
+// origin's 103 Early Hints to f.client. A failure (status not 0), counted
+// against the route when it was a budget refusal, comes with the zero
+// lease.
+func callOrigin(f *originFetch, resp *fasthttp.Response) (upstream.Lease, failure) {
+	o := f.rte.origin
+	tok := httpx.WatchHints(f.req, f.client, o.MaxHints())
+	l, ok, uf := o.Call(f.tenant, f.rte.prio, f.req, resp)
+	httpx.EndHints(f.req, tok)
+	if ok {
+		return l, failure{}
+	}
+	fl := fromUpstream(uf)
+	f.rte.countShed(fl)
+	return l, fl
 }
 
 // publish hands a fetch's outcome to the flight's waiters. Only a stored

@@ -126,10 +126,7 @@ func newTestProxy(t testing.TB, originAddr string, edit func(*config.Config)) *P
 // the origin server can shut down and no connection outlives the test.
 func closeOriginConns(p *Proxy) {
 	for _, r := range p.rt.Load().routes {
-		for _, s := range r.origin.servers.servers {
-			s.hc.CloseIdleConnections()
-			s.fresh.CloseIdleConnections()
-		}
+		r.origin.CloseIdleConnections()
 	}
 }
 

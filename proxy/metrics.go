@@ -6,8 +6,6 @@ import (
 
 	"github.com/VictoriaMetrics/fastcache"
 	"github.com/VictoriaMetrics/metrics"
-
-	"github.com/shield-proxy/shield/admission"
 )
 
 // Metrics use github.com/VictoriaMetrics/metrics rather than
@@ -69,21 +67,8 @@ func staleReasonOf(detail string) staleReason {
 	return staleError
 }
 
-// fetchOutcome is the `outcome` label of shield_origin_fetches_total.
-type fetchOutcome uint8
-
-const (
-	outOK          fetchOutcome = iota // any origin answer below 500
-	outNotModified                     // 304 to our conditional request
-	out5xx                             // origin answered 5xx
-	outTimeout                         // no answer before the deadline
-	outError                           // connection refused, reset, bad response
-	numOutcomes
-)
-
-var outcomeLabels = [numOutcomes]string{"ok", "not_modified", "http_5xx", "timeout", "error"}
-
-// durationBuckets are the request/fetch latency histogram bounds, in seconds.
+// durationBuckets are the request latency histogram bounds (proxy/upstream
+// uses the same for fetches), in seconds.
 var durationBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // globalMetrics are process-wide handles.
@@ -175,42 +160,5 @@ func newRouteMetrics(s *metrics.Set, route string) *routeMetrics {
 	for i := range m.stale {
 		m.stale[i] = s.NewCounter(`shield_stale_served_total{route="` + route + `",reason="` + staleLabels[i] + `"}`)
 	}
-	return m
-}
-
-// originMetrics are one origin's handles.
-type originMetrics struct {
-	fetches        [numOutcomes]*metrics.Counter
-	budgetRejected [admission.NumReasons]*metrics.Counter
-	retries        *metrics.Counter
-	staleRetries   *metrics.Counter
-	notModified    *metrics.Counter // revalidations answered 304
-	modified       *metrics.Counter // revalidations answered with a new response
-	duration       *metrics.PrometheusHistogram
-	inFlight       atomic.Int64
-}
-
-func newOriginMetrics(s *metrics.Set, origin string) *originMetrics {
-	m := &originMetrics{
-		duration: s.NewPrometheusHistogramExt(`shield_origin_fetch_duration_seconds{origin="`+origin+`"}`, durationBuckets),
-	}
-	for i := range m.fetches {
-		m.fetches[i] = s.NewCounter(`shield_origin_fetches_total{origin="` + origin + `",outcome="` + outcomeLabels[i] + `"}`)
-	}
-	for r := admission.Reason(1); int(r) < admission.NumReasons; r++ {
-		if r == admission.Rate || r == admission.Concurrency || r == admission.OriginShare || r == admission.Shed || r == admission.QueueTimeout {
-			m.budgetRejected[r] = s.NewCounter(`shield_origin_budget_rejections_total{origin="` + origin + `",reason="` + r.String() + `"}`)
-		}
-	}
-	for r := range m.budgetRejected {
-		if m.budgetRejected[r] == nil {
-			m.budgetRejected[r] = &metrics.Counter{} // never exported
-		}
-	}
-	m.retries = s.NewCounter(`shield_origin_retries_total{origin="` + origin + `"}`)
-	m.staleRetries = s.NewCounter(`shield_origin_stale_connection_retries_total{origin="` + origin + `"}`)
-	m.notModified = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="not_modified"}`)
-	m.modified = s.NewCounter(`shield_revalidations_total{origin="` + origin + `",result="modified"}`)
-	s.NewGauge(`shield_origin_in_flight{origin="`+origin+`"}`, func() float64 { return float64(m.inFlight.Load()) })
 	return m
 }

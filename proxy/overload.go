@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/cespare/xxhash/v2"
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
@@ -54,57 +53,6 @@ func (o *overload) countShed(f failure) {
 			return
 		}
 	}
-}
-
-// budgetDetail is the Cache-Status detail (and stale reason) of an origin
-// budget refusal.
-func budgetDetail(r admission.Reason) string {
-	switch r {
-	case admission.OriginShare:
-		return "origin-share"
-	case admission.Shed:
-		return "shed"
-	case admission.QueueTimeout:
-		return "queue-timeout"
-	}
-	return "budget"
-}
-
-// originLimits is an origin's budget as the admission package takes it.
-func originLimits(oc *config.Origin) admission.OriginLimits {
-	return admission.OriginLimits{
-		MaxConcurrency: oc.MaxConcurrency,
-		MaxRate:        oc.MaxRate,
-		SlowStart:      oc.SlowStart,
-		QueueTimeout:   oc.QueueTimeout,
-	}
-}
-
-// originOverload applies the per-origin overload settings of a load: the
-// top of each origin's budget is kept for its high routes' fetches, on
-// origins that have any (admission.Priority), and shuffle_shard.
-func originOverload(cfg *config.Config, states map[string]*originState) {
-	high := make(map[string]bool, len(states))
-	for _, rc := range cfg.Routes {
-		if rc.Priority == "high" {
-			high[rc.Origin] = true
-		}
-	}
-	for name, st := range states {
-		st.budget.SetReserveHigh(high[name])
-		if oc := cfg.Origins[name]; oc != nil && st.servers != nil {
-			st.servers.shard.Store(int32(min(max(oc.ShuffleShard, 0), len(st.servers.servers))))
-		}
-	}
-}
-
-// shardKey is the shuffle-shard key of tenant t's fetches: a hash of its
-// class name ("" without a tenant).
-func shardKey(t *admission.Tenant) uint64 {
-	if t == nil {
-		return xxhash.Sum64String("")
-	}
-	return xxhash.Sum64String(t.Name())
 }
 
 // jitterLifetime shortens lifetime by the fraction u·jitter (u uniform in

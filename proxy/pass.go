@@ -12,6 +12,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/upstream"
 )
 
 // passUnsafe forwards a request whose method is not cacheable. A
@@ -113,10 +114,11 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	defer fasthttp.ReleaseRequest(req)
 	buildUpstream(req, ctx, rte, false, fromPeer, p.rt.Load().trusts(ctx), nil)
 	resp := fasthttp.AcquireResponse()
-	tok := httpx.WatchHints(req, ctx, rte.origin.maxHints)
-	l, ok, fl := rte.origin.call(t, rte.prio, req, resp)
+	tok := httpx.WatchHints(req, ctx, rte.origin.MaxHints())
+	l, ok, uf := rte.origin.Call(t, rte.prio, req, resp)
 	httpx.EndHints(req, tok)
 	if !ok {
+		fl := fromUpstream(uf)
 		rte.countShed(fl)
 		fasthttp.ReleaseResponse(resp)
 		return p.failed(ctx, rte, nil, fl, cacheStatus{fwd: "bypass", detail: fl.detail})
@@ -132,7 +134,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, rte *route, t *admission.Tenan
 	} else {
 		ctx.Response.SetBody(resp.Body())
 		fasthttp.ReleaseResponse(resp)
-		l.end()
+		l.End()
 	}
 	return resMiss
 }
@@ -187,7 +189,7 @@ func readBody(resp *fasthttp.Response, limit int) (body []byte, complete bool, e
 type streamBody struct {
 	r     io.Reader
 	resp  *fasthttp.Response
-	lease lease // the origin budget slot, ended on Close
+	lease upstream.Lease // the origin budget slot, ended on Close
 }
 
 func (s *streamBody) Read(b []byte) (int, error) { return s.r.Read(b) }
@@ -195,7 +197,7 @@ func (s *streamBody) Read(b []byte) (int, error) { return s.r.Read(b) }
 func (s *streamBody) Close() error {
 	err := s.resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(s.resp)
-	s.lease.end()
+	s.lease.End()
 	if errors.Is(err, io.EOF) {
 		return nil
 	}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,10 +17,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
-	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 	"github.com/shield-proxy/shield/topk"
@@ -68,9 +67,11 @@ type Proxy struct {
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
 
+	// origins are the origins with the state reloads keep for them.
+	origins *upstream.Registry
+
 	// mu serialises Apply and guards the state reloads keep.
 	mu           sync.Mutex
-	origins      map[string]*originState  // by origin name; guarded by mu
 	routeMetrics map[string]*routeMetrics // by route name; guarded by mu
 	tenants      *admission.Tenants       // guarded by mu; nil until a config has tenants:
 }
@@ -80,7 +81,6 @@ type Proxy struct {
 type runtimeConfig struct {
 	table      *routing.Table
 	routes     []*route // indexed by routing.Route.Index
-	origins    []*origin
 	maxObject  int
 	hitForMiss time.Duration
 	maxWaiters int32
@@ -145,7 +145,7 @@ type route struct {
 	comp   *compression
 	scoped bool   // tenant is part of the key
 	tenant []byte // fixed tenant name, or nil
-	origin *origin
+	origin *upstream.Origin
 	m      *routeMetrics
 
 	overload // cost, priority: overload.go
@@ -158,7 +158,6 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	}
 	p := &Proxy{
 		logger:       logger.With("component", "proxy"),
-		origins:      make(map[string]*originState),
 		routeMetrics: make(map[string]*routeMetrics),
 		top:          topk.New(0, 0, 0),
 		started:      time.Now(),
@@ -171,6 +170,8 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.g.set.RegisterMetricsWriter(p.writeTopKeyMetrics)
 	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
+	// The origins' health checks stop with the background work.
+	p.origins = upstream.NewRegistry(p.bgCtx, p.g.set, p.logger)
 	if err := p.Apply(cfg); err != nil {
 		return nil, err
 	}
@@ -191,7 +192,36 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 	if err := checkApply(cfg); err != nil {
 		return err
 	}
-	now := time.Now()
+	rt, err := p.compileRuntime(cfg, time.Now())
+	if err != nil {
+		return err
+	}
+	origins, err := p.origins.Update(cfg)
+	if err != nil {
+		return err
+	}
+	specs := make([]routing.RouteSpec, len(cfg.Routes))
+	rt.routes = make([]*route, len(cfg.Routes))
+	for i, rc := range cfg.Routes {
+		specs[i] = routing.RouteSpec{Name: rc.Name, Hosts: rc.Hosts, PathPrefix: rc.PathPrefix}
+		r, err := p.compileRoute(rc, origins[rc.Origin], rt.maxObject)
+		if err != nil {
+			return err
+		}
+		rt.routes[i] = r
+	}
+	table, err := routing.NewTable(specs)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	rt.table = table
+	p.rt.Store(rt)
+	return nil
+}
+
+// compileRuntime starts the runtime form of cfg: the cache and access-log
+// settings, trusted proxies and tenants (applied to the kept table).
+func (p *Proxy) compileRuntime(cfg *config.Config, now time.Time) (*runtimeConfig, error) {
 	rt := &runtimeConfig{
 		maxObject:  int(cfg.Cache.MaxObjectSize),
 		hitForMiss: cfg.Cache.HitForMiss,
@@ -204,97 +234,67 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 	for _, tp := range cfg.Server.TrustedProxies {
 		pfx, err := config.ParseTrustedProxy(tp)
 		if err != nil {
-			return fmt.Errorf("server.trusted_proxies: %w", err)
+			return nil, fmt.Errorf("server.trusted_proxies: %w", err)
 		}
 		rt.trusted = append(rt.trusted, pfx)
 	}
 	if err := p.compileTenants(rt, cfg, now); err != nil {
-		return err
+		return nil, err
 	}
-	origins := make(map[string]*origin, len(cfg.Origins))
-	states := make(map[string]*originState, len(cfg.Origins))
-	for name, oc := range cfg.Origins {
-		st, err := p.originState(name, oc, now)
-		if err != nil {
-			return err
-		}
-		states[name] = st
-		o := &origin{name: name, servers: st.servers, timeout: oc.Timeout, originState: st,
-			failStatus: breaker.NewStatusSet(breakerSettings(oc.Breaker).WithDefaults().FailureStatuses),
-			maxHints:   oc.MaxEarlyHints}
-		if oc.HostHeader != "" {
-			o.hostHeader = []byte(oc.HostHeader)
-		}
-		origins[name] = o
-		rt.origins = append(rt.origins, o)
-	}
-	for name, st := range p.origins {
-		if _, kept := cfg.Origins[name]; !kept && st.servers != nil && st.servers.stop != nil {
-			st.servers.stop() // a removed origin's health checks
-			st.servers.stop = nil
-		}
-	}
-	specs := make([]routing.RouteSpec, len(cfg.Routes))
-	rt.routes = make([]*route, len(cfg.Routes))
-	for i, rc := range cfg.Routes {
-		specs[i] = routing.RouteSpec{Name: rc.Name, Hosts: rc.Hosts, PathPrefix: rc.PathPrefix}
-		rules, err := cachekey.NewRules(rc.Cache.IgnoreQuery, rc.Cache.KeyHeaders)
-		if err != nil {
-			return fmt.Errorf("proxy: route %q: %w", rc.Name, err)
-		}
-		o := origins[rc.Origin]
-		if o == nil {
-			return fmt.Errorf("proxy: route %q: unknown origin %q", rc.Name, rc.Origin)
-		}
-		m := p.routeMetrics[rc.Name]
-		if m == nil {
-			m = newRouteMetrics(p.g.set, rc.Name)
-			p.routeMetrics[rc.Name] = m
-		}
-		r := &route{
-			name:     rc.Name,
-			rules:    rules,
-			headers:  rules.KeyHeaders(),
-			disabled: rc.Cache.Disabled,
-			policy: stale.Policy{
-				DefaultTTL:           rc.Cache.DefaultTTL,
-				StaleWhileRevalidate: rc.Cache.StaleWhileRevalidate,
-				StaleIfError:         rc.Cache.StaleIfError,
-				MaxStale:             rc.Cache.MaxStale,
-				AllowSetCookie:       rc.Cache.AllowSetCookie,
-			},
-			staleOn429: rc.Cache.StaleOn429,
-			tagHeader:  []byte(rc.Cache.SurrogateKeyHeader),
-			exposeTags: rc.Cache.ExposeSurrogateKeys,
-			scoped:     rc.Cache.TenantScoped,
-			origin:     o,
-			m:          m,
-		}
-		if rc.Tenant != "" {
-			r.tenant = []byte(rc.Tenant)
-		}
-		r.overload = p.routeOverload(rc)
-		for _, h := range rc.Cache.Targeted {
-			r.targeted = append(r.targeted, []byte(h))
-		}
-		r.forwardTargeted = rc.Cache.ForwardTargeted
-		r.forwardIgnored = rc.Cache.ForwardIgnoredQuery
-		r.comp = newCompression(&rc.Compress, rt.maxObject)
-		if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" && r.comp == nil {
-			for _, c := range ae {
-				r.codings = append(r.codings, []byte(strings.ToLower(c)))
-			}
-		}
-		rt.routes[i] = r
-	}
-	table, err := routing.NewTable(specs)
+	return rt, nil
+}
+
+// compileRoute builds route rc's runtime form, served by origin o (nil:
+// rc names an origin the configuration has not). Its metric handles are
+// kept across reloads by route name.
+func (p *Proxy) compileRoute(rc *config.Route, o *upstream.Origin, maxObject int) (*route, error) {
+	rules, err := cachekey.NewRules(rc.Cache.IgnoreQuery, rc.Cache.KeyHeaders)
 	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
+		return nil, fmt.Errorf("proxy: route %q: %w", rc.Name, err)
 	}
-	rt.table = table
-	originOverload(cfg, states)
-	p.rt.Store(rt)
-	return nil
+	if o == nil {
+		return nil, fmt.Errorf("proxy: route %q: unknown origin %q", rc.Name, rc.Origin)
+	}
+	m := p.routeMetrics[rc.Name]
+	if m == nil {
+		m = newRouteMetrics(p.g.set, rc.Name)
+		p.routeMetrics[rc.Name] = m
+	}
+	r := &route{
+		name:     rc.Name,
+		rules:    rules,
+		headers:  rules.KeyHeaders(),
+		disabled: rc.Cache.Disabled,
+		policy: stale.Policy{
+			DefaultTTL:           rc.Cache.DefaultTTL,
+			StaleWhileRevalidate: rc.Cache.StaleWhileRevalidate,
+			StaleIfError:         rc.Cache.StaleIfError,
+			MaxStale:             rc.Cache.MaxStale,
+			AllowSetCookie:       rc.Cache.AllowSetCookie,
+		},
+		staleOn429: rc.Cache.StaleOn429,
+		tagHeader:  []byte(rc.Cache.SurrogateKeyHeader),
+		exposeTags: rc.Cache.ExposeSurrogateKeys,
+		scoped:     rc.Cache.TenantScoped,
+		origin:     o,
+		m:          m,
+	}
+	if rc.Tenant != "" {
+		r.tenant = []byte(rc.Tenant)
+	}
+	r.overload = p.routeOverload(rc)
+	for _, h := range rc.Cache.Targeted {
+		r.targeted = append(r.targeted, []byte(h))
+	}
+	r.forwardTargeted = rc.Cache.ForwardTargeted
+	r.forwardIgnored = rc.Cache.ForwardIgnoredQuery
+	r.comp = newCompression(&rc.Compress, maxObject)
+	if ae := rc.Cache.AcceptEncoding; len(ae) > 0 && ae[0] != "*" && r.comp == nil {
+		for _, c := range ae {
+			r.codings = append(r.codings, []byte(strings.ToLower(c)))
+		}
+	}
+	return r, nil
 }
 
 // checkApply returns the error Apply would meet part-way through, without
@@ -311,19 +311,8 @@ func checkApply(cfg *config.Config) error {
 			return fmt.Errorf("proxy: tenants: %w", err)
 		}
 	}
-	for name, oc := range cfg.Origins {
-		limits := originLimits(oc)
-		if err := limits.Validate(); err != nil {
-			return fmt.Errorf("proxy: origin %q: %w", name, err)
-		}
-		if !oc.Breaker.Disabled {
-			if err := breakerSettings(oc.Breaker).Validate(); err != nil {
-				return fmt.Errorf("proxy: origin %q: %w", name, err)
-			}
-		}
-		if _, err := originTLS(oc); err != nil {
-			return fmt.Errorf("proxy: origin %q: %w", name, err)
-		}
+	if err := upstream.Check(cfg.Origins); err != nil {
+		return err
 	}
 	specs := make([]routing.RouteSpec, len(cfg.Routes))
 	for i, rc := range cfg.Routes {
@@ -378,92 +367,13 @@ func tenantLimits(l *config.TenantLimits) admission.Limits {
 	return admission.Limits{Rate: l.Rate, Burst: l.Burst, MaxConcurrency: l.MaxConcurrency, OriginShare: l.OriginShare}
 }
 
-// originState returns the kept state for an origin, updated to oc.
-func (p *Proxy) originState(name string, oc *config.Origin, now time.Time) (*originState, error) {
-	limits := originLimits(oc)
-	st := p.origins[name]
-	fresh := st == nil
-	if fresh {
-		budget, err := admission.NewOrigin(name, limits)
-		if err != nil {
-			return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
-		}
-		st = &originState{
-			budget: budget,
-			retry:  breaker.NewRetryBudget(breaker.DefaultRetryRatio, breaker.DefaultRetryMinPerSec, breaker.DefaultRetryWindow),
-			m:      newOriginMetrics(p.g.set, name),
-		}
-		p.origins[name] = st
-	} else if err := st.budget.SetLimits(limits, now); err != nil {
-		return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
-	}
-	if fresh || !reflect.DeepEqual(st.brkConf, oc.Breaker) {
-		var b *breaker.Breaker
-		if !oc.Breaker.Disabled {
-			s := breakerSettings(oc.Breaker)
-			if err := s.Validate(); err != nil {
-				return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
-			}
-			budget, logger := st.budget, p.logger
-			b = breaker.New(name, s, func(name string, from, to breaker.State) {
-				// Runs under the breaker's lock: record only. Slow start
-				// begins when a probe closes the breaker.
-				if to == breaker.Closed && from == breaker.HalfOpen {
-					budget.StartRamp(time.Now())
-				}
-				go logger.Warn("origin breaker", "origin", name, "from", from.String(), "to", to.String())
-			})
-		}
-		st.brk.Store(b)
-		st.brkConf = oc.Breaker
-	}
-	if st.servers == nil || st.servers.conf != serverFingerprint(oc) {
-		ss, err := p.newServerSet(p.bgCtx, name, oc)
-		if err != nil {
-			return nil, err
-		}
-		if st.servers != nil && st.servers.stop != nil {
-			st.servers.stop()
-		}
-		st.servers = ss
-	}
-	return st, nil
-}
-
 // writeStateMetrics exports, at scrape time, state kept by the admission
-// and breaker packages.
+// and breaker packages: the origins' (upstream.Registry.WriteMetrics),
+// then the tenants'.
 func (p *Proxy) writeStateMetrics(w io.Writer) {
+	p.origins.WriteMetrics(w)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
-	for name, st := range p.origins {
-		l := `{origin="` + name + `"}`
-		os := st.budget.Stats(now)
-		metrics.WriteGaugeUint64(w, `shield_origin_budget_limit`+l, uint64(os.Limit))
-		metrics.WriteGaugeUint64(w, `shield_origin_budget_in_flight`+l, uint64(os.InFlight))
-		if b := st.brk.Load(); b != nil {
-			bs := b.Stats()
-			metrics.WriteGaugeUint64(w, `shield_breaker_state`+l, uint64(bs.State))
-			for to := breaker.Closed; to <= breaker.Open; to++ {
-				metrics.WriteCounterUint64(w, `shield_breaker_transitions_total{origin="`+name+`",to="`+to.String()+`"}`, bs.Transitions[to])
-			}
-			metrics.WriteCounterUint64(w, `shield_breaker_rejections_total`+l, bs.RejectedOpen+bs.RejectedProbes)
-		}
-		if st.servers != nil {
-			for _, ss := range st.servers.Snapshot(now) {
-				sl := `{origin="` + name + `",server="` + ss.Name + `"}`
-				up := uint64(0)
-				if ss.Up {
-					up = 1
-				}
-				metrics.WriteGaugeUint64(w, `shield_origin_server_up`+sl, up)
-				metrics.WriteGaugeUint64(w, `shield_origin_server_in_flight`+sl, uint64(max(ss.InFlight, 0)))
-				metrics.WriteCounterUint64(w, `shield_origin_server_requests_total`+sl, ss.Requests)
-				metrics.WriteCounterUint64(w, `shield_origin_server_errors_total`+sl, ss.Errors)
-				metrics.WriteCounterUint64(w, `shield_origin_server_ejections_total`+sl, ss.Ejects)
-			}
-		}
-	}
 	if p.tenants != nil {
 		for _, ts := range p.tenants.Stats() {
 			l := `{tenant="` + ts.Name + `"}`

@@ -331,7 +331,16 @@ func TestApplyAllOrNothing(t *testing.T) {
 	var good *config.Config
 	p := newTestProxy(t, o.addr(), func(c *config.Config) { good = c })
 	name := good.Routes[0].Origin
-	before := p.origins[name].budget.Stats(time.Now()).Limit
+	budget := func() int {
+		for _, o := range p.origins.Status(time.Now()) {
+			if o.Name == name {
+				return o.Budget
+			}
+		}
+		t.Fatalf("no origin %q on the status page", name)
+		return 0
+	}
+	before := budget()
 
 	bad := *good
 	bad.Origins = map[string]*config.Origin{}
@@ -346,7 +355,7 @@ func TestApplyAllOrNothing(t *testing.T) {
 	if err := p.Apply(&bad); err == nil {
 		t.Fatal("Apply accepted a route with an invalid ignore_query entry")
 	}
-	if after := p.origins[name].budget.Stats(time.Now()).Limit; after != before {
+	if after := budget(); after != before {
 		t.Fatalf("a rejected Apply changed the origin budget from %d to %d", before, after)
 	}
 	if s := summary(serve(p, get(t, "/still"))); s.code != 200 {

@@ -58,6 +58,10 @@ func (p *Proxy) SetNodeInfo(node, version string) {
 	p.mu.Unlock()
 }
 
+// ServerHealth returns every origin's per-server health by origin name:
+// a read-only snapshot for the admin status page.
+func (p *Proxy) ServerHealth() map[string][]originpool.Status { return p.origins.Health() }
+
 // Status gathers the status page's data at now.
 func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	s := &statuspage.Status{Time: now, Uptime: now.Sub(p.started)}
@@ -71,17 +75,9 @@ func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	for _, r := range rt.routes {
 		s.Routes = append(s.Routes, routeStatus(r))
 	}
-	health := p.ServerHealth()
+	s.Origins = p.origins.Status(now)
 	p.mu.Lock()
 	s.Node, s.Version = p.nodeName, p.version
-	names := make([]string, 0, len(p.origins))
-	for name := range p.origins {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		s.Origins = append(s.Origins, originStatus(name, p.origins[name], health[name], now))
-	}
 	if p.tenants != nil {
 		s.Tenants = tenantStatus(p.tenants.Stats())
 	}
@@ -103,7 +99,7 @@ func (p *Proxy) Status(now time.Time) *statuspage.Status {
 
 func routeStatus(r *route) statuspage.Route {
 	m := r.m
-	rs := statuspage.Route{Name: r.name, Origin: r.origin.name, ByResult: map[string]uint64{}, Stale: map[string]uint64{}, Bypass: map[string]uint64{}}
+	rs := statuspage.Route{Name: r.name, Origin: r.origin.Name(), ByResult: map[string]uint64{}, Stale: map[string]uint64{}, Bypass: map[string]uint64{}}
 	var hits, cacheable uint64
 	for i, c := range m.requests {
 		n := c.Get()
@@ -131,40 +127,6 @@ func routeStatus(r *route) statuspage.Route {
 		rs.Shed[shedReasons[i]] = c.Get()
 	}
 	return rs
-}
-
-func originStatus(name string, st *originState, servers []originpool.Status, now time.Time) statuspage.Origin {
-	bs := st.budget.Stats(now)
-	o := statuspage.Origin{Name: name, Breaker: "disabled", InFlight: bs.InFlight, Budget: bs.Limit, Ramping: bs.Ramping}
-	if b := st.brk.Load(); b != nil {
-		o.Breaker = b.State().String()
-	}
-	for i, c := range st.m.fetches {
-		n := c.Get()
-		o.Fetches += n
-		if fetchOutcome(i) >= out5xx {
-			o.Errors += n
-		}
-	}
-	o.ErrorRate = ratio(o.Errors, o.Fetches)
-	for _, sv := range servers {
-		h := "up"
-		switch {
-		case sv.Down:
-			h = "down"
-		case sv.Ejected:
-			h = "ejected"
-		}
-		o.Servers = append(o.Servers, statuspage.Server{Name: sv.Name, Health: h, InFlight: sv.InFlight, Requests: sv.Requests, Errors: sv.Errors, ErrorRate: ratio(sv.Errors, sv.Requests)})
-	}
-	return o
-}
-
-func ratio(a, b uint64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
 }
 
 func tenantStatus(stats []admission.TenantStats) *statuspage.Tenants {

@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"errors"
@@ -17,11 +17,12 @@ import (
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
-// origin is one upstream service as configured now: its servers (each a
+// Origin is one upstream service as configured now: its servers (each a
 // fasthttp.HostClient, so a client-controlled Host can never open
 // connections elsewhere), the pool that tracks their health and picks one
-// per request, plus the protection state that outlives reloads.
-type origin struct {
+// per request, plus the protection state that outlives reloads. Registry.Update
+// builds one per origin per load; it is immutable once built.
+type Origin struct {
 	name       string
 	servers    *serverSet
 	hostHeader []byte // nil: the client's Host
@@ -31,33 +32,67 @@ type origin struct {
 	// path ejects no server either).
 	failStatus breaker.StatusSet
 	maxHints   int // 103 Early Hints relayed per answer (max_early_hints)
-	*originState
+	*state
 }
 
-// originState is what a reload keeps: the budget (in-flight counts,
+// state is what a reload keeps: the budget (in-flight counts,
 // rate tokens), the breaker (when its settings are unchanged), the retry
 // budget, the servers and their health (when the server settings are
 // unchanged) and the metric handles.
-type originState struct {
+type state struct {
 	budget  *admission.Origin
 	brk     atomic.Pointer[breaker.Breaker] // nil: breaker disabled
 	brkConf config.Breaker
 	retry   *breaker.RetryBudget
 	m       *originMetrics
-	servers *serverSet // guarded by Proxy.mu; requests use origin.servers
+	servers *serverSet // guarded by Registry.mu; requests use Origin.servers
 }
 
-// lease is an origin budget slot held from the request until the body
+// Name is the origin's name in the configuration.
+func (o *Origin) Name() string { return o.name }
+
+// MaxHints is how many 103 Early Hints one answer of this origin may
+// relay (max_early_hints).
+func (o *Origin) MaxHints() int { return o.maxHints }
+
+// Revalidated counts the answer to a conditional request
+// (shield_revalidations_total): notModified for a 304.
+func (o *Origin) Revalidated(notModified bool) {
+	if notModified {
+		o.m.notModified.Inc()
+	} else {
+		o.m.modified.Inc()
+	}
+}
+
+// BodyFailed counts a fetch whose body could not be read after a good
+// head as an error fetch, and returns what to answer instead.
+func (o *Origin) BodyFailed() Failure {
+	o.m.fetches[outError].Inc()
+	return Failure{Status: fasthttp.StatusBadGateway, Detail: "error"}
+}
+
+// CloseIdleConnections closes the idle keep-alive connections to the
+// origin's servers (tests, so that no connection outlives them).
+func (o *Origin) CloseIdleConnections() {
+	for _, s := range o.servers.servers {
+		s.hc.CloseIdleConnections()
+		s.fresh.CloseIdleConnections()
+	}
+}
+
+// Lease is an origin budget slot held from the request until the body
 // has been read or relayed: the budget bounds whole fetches, not just
 // the wait for a response head, so it also bounds the connection pool
 // (max_concurrency connections per server) and pool exhaustion cannot
-// happen behind its back. end is idempotent; the zero lease does nothing.
-type lease struct {
-	o *origin
+// happen behind its back. End is idempotent; the zero Lease does nothing.
+type Lease struct {
+	o *Origin
 	t *admission.Tenant
 }
 
-func (l *lease) end() {
+// End releases the budget slot.
+func (l *Lease) End() {
 	if l.o != nil {
 		l.o.budget.Release(l.t)
 		l.o = nil
@@ -77,15 +112,15 @@ func breakerSettings(b config.Breaker) breaker.Settings {
 	}
 }
 
-// failure says why an origin could not give an answer, and what shield
+// Failure says why an origin could not give an answer, and what shield
 // answers instead when no stale copy can.
-type failure struct {
-	status     int           // 502, 503 or 504
-	detail     string        // Cache-Status detail and stale reason label
-	retryAfter time.Duration // for 503s
+type Failure struct {
+	Status     int           // 502, 503 or 504
+	Detail     string        // Cache-Status detail and stale reason label
+	RetryAfter time.Duration // for 503s
 }
 
-// call performs one protected origin call: the origin budget (and the
+// Call performs one protected origin call: the origin budget (and the
 // tenant's share of it), the breaker, the fetch on a server the pool
 // picks, and retries:
 //
@@ -100,22 +135,22 @@ type failure struct {
 // Only the final outcome reaches the breaker, so one dead server among
 // healthy ones does not open it (the pool ejects that server instead).
 // On success resp holds the answer's head, its body still streaming, and
-// the returned lease holds the budget slot: end it once the body is read
+// the returned Lease holds the budget slot: End it once the body is read
 // or relayed.
-func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthttp.Request, resp *fasthttp.Response) (l lease, ok bool, f failure) {
+func (o *Origin) Call(t *admission.Tenant, prio admission.Priority, req *fasthttp.Request, resp *fasthttp.Response) (l Lease, ok bool, f Failure) {
 	if reason, ra := o.budget.AcquireWait(time.Now(), t, prio); reason != admission.None {
 		o.m.budgetRejected[reason].Inc()
-		return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: budgetDetail(reason), retryAfter: ra}
+		return Lease{}, false, Failure{Status: fasthttp.StatusServiceUnavailable, Detail: budgetDetail(reason), RetryAfter: ra}
 	}
 	now := time.Now()
-	l = lease{o: o, t: t}
+	l = Lease{o: o, t: t}
 	brk := o.brk.Load()
 	var c breaker.Call
 	if brk != nil {
 		var err error
 		if c, err = brk.Allow(); err != nil {
-			l.end()
-			return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: "breaker-open", retryAfter: brk.RetryAfter(now)}
+			l.End()
+			return Lease{}, false, Failure{Status: fasthttp.StatusServiceUnavailable, Detail: "breaker-open", RetryAfter: brk.RetryAfter(now)}
 		}
 	}
 	if o.hostHeader != nil {
@@ -148,14 +183,14 @@ func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthtt
 		c.Done(outcome)
 	}
 	if err != nil {
-		l.end()
+		l.End()
 		if errors.Is(err, fasthttp.ErrNoFreeConns) {
 			o.m.budgetRejected[admission.Concurrency].Inc()
-			return lease{}, false, failure{status: fasthttp.StatusServiceUnavailable, detail: "budget", retryAfter: time.Second}
+			return Lease{}, false, Failure{Status: fasthttp.StatusServiceUnavailable, Detail: "budget", RetryAfter: time.Second}
 		}
 		outcome, st := classifyErr(err)
 		o.m.fetches[outcome].Inc()
-		return lease{}, false, failure{status: st, detail: outcomeLabels[outcome]}
+		return Lease{}, false, Failure{Status: st, Detail: outcomeLabels[outcome]}
 	}
 	switch {
 	case status == fasthttp.StatusNotModified:
@@ -165,7 +200,21 @@ func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthtt
 	default:
 		o.m.fetches[outOK].Inc()
 	}
-	return l, true, failure{}
+	return l, true, Failure{}
+}
+
+// budgetDetail is the Cache-Status detail (and stale reason) of an origin
+// budget refusal.
+func budgetDetail(r admission.Reason) string {
+	switch r {
+	case admission.OriginShare:
+		return "origin-share"
+	case admission.Shed:
+		return "shed"
+	case admission.QueueTimeout:
+		return "queue-timeout"
+	}
+	return "budget"
 }
 
 // attempt sends req to s and reads the response head into resp. A
@@ -173,7 +222,7 @@ func (o *origin) call(t *admission.Tenant, prio admission.Priority, req *fasthtt
 // again at once on a new one (a new connection that fails so is a real
 // failure) (idempotent methods only: a non-idempotent
 // request may have been acted on).
-func (o *origin) attempt(s *server, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idem bool) error {
+func (o *Origin) attempt(s *server, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, idem bool) error {
 	s.ps.Start()
 	err := s.hc.DoDeadline(req, resp, deadline)
 	if err != nil && idem && lostBeforeResponse(err) && httpx.ReusedConn(resp) {

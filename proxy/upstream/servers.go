@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/cespare/xxhash/v2"
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
@@ -58,22 +59,16 @@ func (ss *serverSet) pick(now time.Time, avoid *server, t *admission.Tenant) *se
 	return ss.byPS[ss.pool.Pick(now, a)]
 }
 
-// Snapshot returns the origin's servers' health, for the admin status page.
-func (ss *serverSet) Snapshot(now time.Time) []originpool.Status { return ss.pool.Snapshot(now) }
+// snapshot returns the origin's servers' health, for the admin status page.
+func (ss *serverSet) snapshot(now time.Time) []originpool.Status { return ss.pool.Snapshot(now) }
 
-// ServerHealth returns every origin's per-server health by origin name:
-// a read-only snapshot for the admin status page.
-func (p *Proxy) ServerHealth() map[string][]originpool.Status {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	out := make(map[string][]originpool.Status, len(p.origins))
-	for name, st := range p.origins {
-		if st.servers != nil {
-			out[name] = st.servers.Snapshot(now)
-		}
+// shardKey is the shuffle-shard key of tenant t's fetches: a hash of its
+// class name ("" without a tenant).
+func shardKey(t *admission.Tenant) uint64 {
+	if t == nil {
+		return xxhash.Sum64String("")
 	}
-	return out
+	return xxhash.Sum64String(t.Name())
 }
 
 // serverFingerprint covers every setting the clients and the pool are
@@ -114,13 +109,13 @@ func originTLS(oc *config.Origin) (*tls.Config, error) {
 
 // newServerSet builds the servers of origin name; ctx bounds its health
 // checks.
-func (p *Proxy) newServerSet(ctx context.Context, name string, oc *config.Origin) (*serverSet, error) {
+func (r *Registry) newServerSet(ctx context.Context, name string, oc *config.Origin) (*serverSet, error) {
 	base, err := originTLS(oc)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: origin %q: %w", name, err)
 	}
 	if base != nil && base.InsecureSkipVerify {
-		p.logger.Warn("origin TLS certificates are not verified (tls.insecure_skip_verify)", "origin", name)
+		r.logger.Warn("origin TLS certificates are not verified (tls.insecure_skip_verify)", "origin", name)
 	}
 	ss := &serverSet{conf: serverFingerprint(oc), byPS: make(map[*originpool.Server]*server, len(oc.Servers))}
 	pc := originpool.Config{}
@@ -142,8 +137,8 @@ func (p *Proxy) newServerSet(ctx context.Context, name string, oc *config.Origin
 				tc.ServerName = host
 			}
 		}
-		tlsErrs := p.g.set.GetOrCreateCounter(`shield_origin_tls_errors_total{origin="` + name + `",server="` + label + `"}`)
-		dial := p.originDialer(name, label, addr, tc, oc.ConnectTimeout, tlsErrs)
+		tlsErrs := r.set.GetOrCreateCounter(`shield_origin_tls_errors_total{origin="` + name + `",server="` + label + `"}`)
+		dial := r.originDialer(name, label, addr, tc, oc.ConnectTimeout, tlsErrs)
 		s := &server{label: label, addr: addr, ps: ss.pool.Servers()[i],
 			hc: newHostClient(addr, dial, oc, oc.IdleTimeout), fresh: newHostClient(addr, dial, oc, oc.IdleTimeout)}
 		ss.servers = append(ss.servers, s)
@@ -154,7 +149,7 @@ func (p *Proxy) newServerSet(ctx context.Context, name string, oc *config.Origin
 		ss.stop = cancel
 		host := oc.HostHeader
 		for _, s := range ss.servers {
-			go p.checkHealth(cctx, name, ss.pool, s, hc, host)
+			go r.checkHealth(cctx, name, ss.pool, s, hc, host)
 		}
 	}
 	return ss, nil
@@ -201,7 +196,7 @@ func newHostClient(addr string, dial fasthttp.DialFuncWithTimeout, oc *config.Or
 // connection reads as the EOF that triggers the stale-connection retry.
 // Certificate errors are logged (at most once per 10s per server) and
 // counted.
-func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect time.Duration, tlsErrs *metrics.Counter) fasthttp.DialFuncWithTimeout {
+func (r *Registry) originDialer(origin, label, addr string, tc *tls.Config, connect time.Duration, tlsErrs *metrics.Counter) fasthttp.DialFuncWithTimeout {
 	var lastLog atomic.Int64
 	return func(_ string, remaining time.Duration) (net.Conn, error) {
 		d := connect
@@ -223,7 +218,7 @@ func (p *Proxy) originDialer(origin, label, addr string, tc *tls.Config, connect
 			tlsErrs.Inc()
 			if now := time.Now().UnixNano(); now-lastLog.Load() > int64(10*time.Second) {
 				lastLog.Store(now)
-				p.logger.Error("origin TLS handshake failed", "origin", origin, "server", label,
+				r.logger.Error("origin TLS handshake failed", "origin", origin, "server", label,
 					"server_name", tc.ServerName, "kind", tlsErrorKind(err), "err", err)
 			}
 			return nil, fmt.Errorf("tls handshake with %s: %w", label, err)
@@ -259,7 +254,7 @@ func tlsErrorKind(err error) string {
 
 // checkHealth probes s every interval with GET path until ctx ends; a
 // 2xx or 3xx within the timeout is healthy. Transitions are logged.
-func (p *Proxy) checkHealth(ctx context.Context, origin string, pool *originpool.Pool, s *server, hc *config.HealthCheck, host string) {
+func (r *Registry) checkHealth(ctx context.Context, origin string, pool *originpool.Pool, s *server, hc *config.HealthCheck, host string) {
 	if host == "" {
 		host = s.addr
 	}
@@ -280,7 +275,7 @@ func (p *Proxy) checkHealth(ctx context.Context, origin string, pool *originpool
 			if !before {
 				lvl = slog.LevelInfo
 			}
-			p.logger.Log(ctx, lvl, "origin server health changed", "origin", origin, "server", s.label,
+			r.logger.Log(ctx, lvl, "origin server health changed", "origin", origin, "server", s.label,
 				"healthy", !before, "err", err)
 		}
 		select {

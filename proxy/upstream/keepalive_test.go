@@ -1,4 +1,4 @@
-package proxy
+package upstream
 
 import (
 	"bufio"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/shield-proxy/shield/config"
 )
 
 // closeAfterEveryResponse is an origin that answers one request per
@@ -45,9 +43,9 @@ func closeAfterEveryResponse(t *testing.T) (addr string, conns func() int) {
 }
 
 // TestKeepAliveOriginCloses: origins that close idle connections (after
-// a short idle time, or after every response) cost no client-visible
-// error, no breaker failure and no server error: the request is sent
-// again at once on a new connection.
+// a short idle time, or after every response) cost no failed call, no
+// breaker failure and no server error: the request is sent again at once
+// on a new connection.
 func TestKeepAliveOriginCloses(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -75,25 +73,21 @@ func TestKeepAliveOriginCloses(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := tc.start(t)
-			p := newTestProxy(t, addr, func(c *config.Config) {
-				c.Origins["o"].Breaker.ConsecutiveFailures = 1
-			})
+			o := newRegistry(t).update(t, parse(t, oneOrigin([]string{addr}, "timeout: 2s", "breaker: {consecutive_failures: 1}"), "o"))
 			const n = 20
 			for i := range n {
-				ctx := serve(p, get(t, fmt.Sprintf("/k/%d", i)))
-				if got := summary(ctx); got.code != 200 || !strings.Contains(got.cacheStatus, "fwd-status=200") {
-					t.Fatalf("request %d: %+v", i, got)
+				if code, f, body := call(t, o, fmt.Sprintf("/k/%d", i)); code != 200 || !strings.HasPrefix(body, "hello /k/") && body != "ok" {
+					t.Fatalf("request %d: %d %+v %q", i, code, f, body)
 				}
 				time.Sleep(tc.gap) // let the origin close the idle connection
 			}
-			o := p.rt.Load().routes[0].origin
 			if r := o.m.staleRetries.Get(); r == 0 {
 				t.Errorf("no stale-connection retries counted against an origin that closes connections")
 			}
 			if st := o.brk.Load().Stats(); st.Outcomes[2] != 0 {
 				t.Errorf("breaker saw %d failures, want 0", st.Outcomes[2])
 			}
-			for _, s := range o.servers.Snapshot(time.Now()) {
+			for _, s := range o.servers.snapshot(time.Now()) {
 				if s.Errors != 0 || !s.Up {
 					t.Errorf("server %s: %d errors, up=%v; want 0, true", s.Name, s.Errors, s.Up)
 				}
@@ -119,12 +113,11 @@ func TestFreshConnectionHangUpIsAFailure(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	p := newTestProxy(t, ln.Addr().String(), nil)
-	ctx := serve(p, get(t, "/x"))
-	if got := summary(ctx); got.code != 502 {
-		t.Fatalf("hang-up origin: %+v, want 502", got)
+	o := newRegistry(t).update(t, parse(t, oneOrigin([]string{ln.Addr().String()}), "o"))
+	if code, f, _ := call(t, o, "/x"); code != 0 || f.Status != 502 || f.Detail != "error" {
+		t.Fatalf("hang-up origin: %d %+v, want failure 502 error", code, f)
 	}
-	if r := p.rt.Load().routes[0].origin.m.staleRetries.Get(); r != 0 {
+	if r := o.m.staleRetries.Get(); r != 0 {
 		t.Fatalf("stale retries = %d on a new connection, want 0", r)
 	}
 }
