@@ -6,10 +6,11 @@
 // The pure decisions live elsewhere — cache keys in cachekey, freshness
 // and storability in stale, tenant and origin limits in admission,
 // breakers and the retry budget in breaker, routes and the peer set in
-// routing — and are called with plain values. The cache, the origins and
-// the cluster are still in this package; docs/architecture.md §2 says
-// which imports the rooms they move to may have (internal/importrules
-// enforces it).
+// routing — and are called with plain values. The cluster is in
+// proxy/cluster, which reaches this package through cluster.Local
+// (peerlocal.go); the cache and the origins are still in this package;
+// docs/architecture.md §2 says which imports the rooms they move to may
+// have (internal/importrules enforces it).
 //
 // Files, in request order (internal/doccheck checks that the list names
 // every non-test file of the directory and nothing else):
@@ -25,10 +26,9 @@
 //	encoding.go          Accept-Encoding canonicalisation: one variant per preference
 //	ranges.go            Range requests cut from the stored whole object
 //	cachestatus.go       the Cache-Status field, written here only
-//	cluster.go           forwarding to the key's owner, peer listener, purge fan-out,
-//	                     peer TLS reloads (PreparePeerTLS)
-//	peerskip.go          per-peer breakers on the forwarded path (atomics, no allocation)
-//	nearcopy.go          near copies of hot keys, previous-owner read-through
+//	peerlocal.go         the cluster's side of the node: SetCluster, cluster.Local,
+//	                     the forwarded request built for the owner (forwardToOwner)
+//	nearcopy.go          near copies of hot keys kept from the owner's answer
 //	fetch.go             misses: coalescing, origin fetch for the cache, stale-if-error,
 //	                     background refresh, storing
 //	pass.go              pass-through (unsafe methods, bypass), invalidation, body streaming
@@ -45,12 +45,7 @@
 //	store.go             fastcache, pieces for large entries, snapshots
 //	inval.go             invalidation ordering: one clock, URL and tag invalidations
 //	purge.go             purge by URL (hard, soft) and by namespace
-//	purgelog.go          cluster purge delivery: the purge log, retries to every holder
-//	purgesync.go         purge sync between nodes that learn of each other late (Consul)
-//	hot.go               sampled hot-key table (near copies, hand-off)
-//	handoff.go           pushing hot entries to new owners on a graceful leave
-//	usage.go             usage exchange between nodes for fleet-wide tenant limits
-//	usage_failmode.go    the fleet limiter's fail mode while a member is not heard from
+//	handoff.go           hand-off entries: the ones handed over, the ones taken
 //	status.go            the admin status page's data and event log
 //	metrics.go, metrics_help.go, metrics_runtime.go, admin.go
 //	                     Prometheus metrics and admin API

@@ -9,6 +9,7 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -74,7 +75,7 @@ type originFetch struct {
 	hasAuth            bool // the client sent Authorization
 	// prev is the key's previous owner inside the overlap window (read
 	// through to it first), tid the tenant sent along; both nil else.
-	prev *peerClient
+	prev *cluster.Peer
 	tid  []byte
 	// client gets the origin's 103 Early Hints (nil: nobody does;
 	// httpx/earlyhints.go).
@@ -103,14 +104,14 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	fromPrev := false
 	var prevTags []byte
 	if c := p.cluster.Load(); f.prev != nil && c != nil && se == nil {
-		fromPrev = p.readThrough(c, f.prev, req, f.tid, resp)
+		fromPrev = c.ReadThrough(f.prev, req, f.tid, resp)
 		if fromPrev {
 			// The previous owner's copy is ours only if no invalidation
 			// this node knows of (a write or purge here, during the
 			// overlap) came after that copy's fetch started.
 			remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
 			if dead, _ := p.iv.verdict(remoteSeq, urlDigest, tags); !ok || dead {
-				c.readThroughMiss.Inc()
+				c.ReadThroughRefused()
 				resp.Reset()
 				fromPrev = false
 			} else {

@@ -21,6 +21,7 @@ import (
 	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 	"github.com/shield-proxy/shield/topk"
@@ -46,12 +47,12 @@ type Proxy struct {
 	requests  atomic.Uint64 // for access-log sampling
 
 	// cluster is nil on a single node; set once by SetCluster.
-	cluster atomic.Pointer[cluster]
+	cluster atomic.Pointer[cluster.Node]
 	ns      *namespaces
 	iv      *invalidations
 	stripes [64]sync.Mutex // per-key store ordering (stripe)
 	ivMu    sync.Mutex     // serialises saving the invalidation table
-	plog    *purgeLog
+	plog    *cluster.PurgeLog
 	// hold is set while snapshot entries wait for the purge catch-up.
 	hold *snapshotHold
 	// top tracks this node's hottest keys (sampled; see topk).
@@ -170,7 +171,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	p.store = openStore(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
 	p.ns = newNamespaces()
 	p.iv = newInvalidations()
-	p.plog = newPurgeLog(time.Now())
+	p.plog = cluster.NewPurgeLog(time.Now())
 	if p.cachePath != "" {
 		if err := p.ns.load(p.cachePath + ".ns"); err != nil && !os.IsNotExist(err) {
 			p.logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
@@ -515,7 +516,7 @@ func (p *Proxy) Close() error {
 	if err := p.store.save(p.cachePath); err != nil {
 		return err
 	}
-	if err := p.plog.save(p.cachePath+".purgelog", start); err != nil {
+	if err := p.plog.Save(p.cachePath+".purgelog", start); err != nil {
 		return err
 	}
 	if err := p.ns.save(p.cachePath + ".ns"); err != nil {
@@ -562,7 +563,7 @@ type snapshotHold struct {
 }
 
 // clockSkew widens the replay window for clocks that disagree.
-const clockSkew = 5 * time.Second
+const clockSkew = cluster.ClockSkew
 
 // holdSnapshot starts holding snapshot entries when this node is in a
 // cluster and loaded a non-empty snapshot: other nodes may have purged
@@ -571,10 +572,10 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 	if p.cachePath == "" {
 		return
 	}
-	f, err := loadPurgeLog(p.cachePath + ".purgelog")
+	f, err := cluster.LoadPurgeLog(p.cachePath + ".purgelog")
 	if err == nil {
 		for _, r := range f.Records {
-			p.plog.add(r)
+			p.plog.Add(r)
 		}
 	} else if !os.IsNotExist(err) {
 		p.logger.Warn("purge log unreadable", "err", err)
@@ -584,7 +585,7 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 	if cfg.Cluster == nil || st.EntriesCount == 0 {
 		return
 	}
-	h := &snapshotHold{global: p.iv.global.Load(), logSince: p.plog.since}
+	h := &snapshotHold{global: p.iv.global.Load(), logSince: p.plog.Since()}
 	if err == nil && f.SavedAt > 0 {
 		h.since = f.SavedAt - int64(clockSkew)
 		h.logSince = f.Since
@@ -602,7 +603,5 @@ func (p *Proxy) releaseSnapshot() {
 	h := p.hold
 	// Unless a replayed "purge everything" raised it meanwhile.
 	p.iv.global.CompareAndSwap(h.held, h.global)
-	p.plog.mu.Lock()
-	p.plog.since = min(p.plog.since, h.logSince)
-	p.plog.mu.Unlock()
+	p.plog.WidenSince(h.logSince)
 }

@@ -111,14 +111,6 @@ func (n *namespaces) load(path string) error {
 	return nil
 }
 
-// PurgeResult says what a purge did.
-type PurgeResult struct {
-	Kind      string `json:"kind"` // url, soft-url, tag, soft-tag, route, tenant
-	Target    string `json:"target"`
-	Found     bool   `json:"found,omitempty"`
-	Namespace uint16 `json:"namespace,omitempty"`
-}
-
 // errPurge is a purge request that cannot be carried out (4xx).
 var errPurge = errors.New("proxy: bad purge request")
 
