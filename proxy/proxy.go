@@ -554,7 +554,7 @@ func (p *Proxy) saveInvalidations() error {
 }
 
 // snapshotHold keeps a loaded snapshot's entries unserved until the
-// node has caught up on the purges it missed (purgelog.go).
+// node has caught up on the purges it missed (proxy/cluster/purgelog.go).
 type snapshotHold struct {
 	since    int64 // replay purges from here (the snapshot's save time, minus skew)
 	global   int64 // the watermark to restore once caught up
