@@ -207,7 +207,7 @@ func (ce *clusterEnv) lagging(nodes ...*clusterNode) []string {
 		peers, _ := m.value("shield_cluster_peers")
 		gen, _ := m.value("shield_cluster_generation")
 		// Converged includes purge sync: until it, a node serves nothing
-		// from its cache (proxy/purgesync.go).
+		// from its cache (proxy/cluster/purgesync.go).
 		pending, _ := m.value("shield_purge_sync_pending")
 		if peers != float64(len(nodes)) || gen != want || pending != 0 {
 			out = append(out, fmt.Sprintf("%s: peers=%v generation=%v purge_sync_pending=%v", n.id(), peers, gen, pending))

@@ -16,6 +16,7 @@ import (
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -275,9 +276,7 @@ func (c *testCluster) close() {
 	for _, n := range c.nodes {
 		n.client.CloseIdleConnections()
 		if cl := n.p.cluster.Load(); cl != nil {
-			for _, pc := range cl.peers.Load().byID {
-				pc.hc.CloseIdleConnections()
-			}
+			cl.CloseIdleConnections()
 		}
 	}
 	for _, n := range c.nodes {
@@ -413,13 +412,20 @@ func (c *testCluster) setPeers(on []*testNode, ids ...string) {
 }
 
 // peerOutcome is how many forwards from n to peer ended in o.
-func (n *testNode) peerOutcome(peer string, o peerOutcome) uint64 {
-	pc := n.p.cluster.Load().peers.Load().byID[peer]
-	if pc == nil {
-		return 0
-	}
-	return pc.outcomes[o].Get()
+func (n *testNode) peerOutcome(peer string, o cluster.PeerOutcome) uint64 {
+	return n.p.cluster.Load().PeerOutcomes(peer, o)
 }
 
 // cl is the node's cluster state.
-func (n *testNode) cl() *cluster { return n.p.cluster.Load() }
+func (n *testNode) cl() *cluster.Node { return n.p.cluster.Load() }
+
+// counter is the value of n's counter name (its metric, as exported).
+func (n *testNode) counter(name string) uint64 { return n.p.g.set.GetOrCreateCounter(name).Get() }
+
+// The peer protocol's endpoints (proxy/cluster).
+const (
+	purgePath    = "/__shield/purge"
+	purgeLogPath = "/__shield/purgelog"
+	usagePath    = "/__shield/usage"
+	handoffPath  = "/__shield/handoff"
+)

@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -49,7 +50,7 @@ func TestClusterForwardsToOwner(t *testing.T) {
 	if a.has(t, path, cache.KindResponse) || c.node("c").has(t, path, cache.KindResponse) {
 		t.Fatal("a non-owner stored the forwarded answer")
 	}
-	if got := a.peerOutcome("b", peerOK); got != 1 {
+	if got := a.peerOutcome("b", cluster.PeerOK); got != 1 {
 		t.Fatalf("a's ok forwards to b = %d, want 1", got)
 	}
 }
@@ -93,10 +94,10 @@ func TestClusterOwnerDownServedLocally(t *testing.T) {
 			t.Fatalf("request %d with the owner down: %+v", i, r)
 		}
 	}
-	if got := a.peerOutcome("b", peerError); got != 3 {
+	if got := a.peerOutcome("b", cluster.PeerError); got != 3 {
 		t.Fatalf("errors = %d, want 3 (then the breaker opens)", got)
 	}
-	if got := a.peerOutcome("b", peerSkipped); got != 2 {
+	if got := a.peerOutcome("b", cluster.PeerSkipped); got != 2 {
 		t.Fatalf("skipped = %d, want 2", got)
 	}
 	if a.src.refreshes.Load() != 3 {
@@ -118,11 +119,12 @@ func TestClusterForwardTooLargeServedLocally(t *testing.T) {
 	if r.code != 200 || len(r.body) != 1000 || r.cacheStatus != "shield; fwd=miss; fwd-status=200; stored" {
 		t.Fatalf("large answer: code %d, %d bytes, Cache-Status %q", r.code, len(r.body), r.cacheStatus)
 	}
-	if a.peerOutcome("b", peerError) != 1 {
-		t.Fatalf("errors = %d, want 1", a.peerOutcome("b", peerError))
+	if a.peerOutcome("b", cluster.PeerError) != 1 {
+		t.Fatalf("errors = %d, want 1", a.peerOutcome("b", cluster.PeerError))
 	}
-	if st := a.cl().peers.Load().byID["b"].skip.state(time.Now().UnixNano()); st != breaker.Closed || a.cl().peers.Load().byID["b"].skip.failures.Load() != 0 {
-		t.Fatalf("breaker state after a too-large answer = %v, want closed with no failure counted", st)
+	// cluster.TestForwardTooLarge checks that no failure was counted.
+	if st := a.p.Status(time.Now()).Cluster; !peerUp(st.Peers, "b") {
+		t.Fatalf("breaker after a too-large answer: b down on the status page, want closed")
 	}
 }
 
@@ -142,10 +144,10 @@ func TestClusterMisdirectedServedLocally(t *testing.T) {
 	if r.code != 200 || r.cacheStatus != "shield; fwd=miss; fwd-status=200; stored" {
 		t.Fatalf("misdirected forward: %+v", r)
 	}
-	if got := a.peerOutcome("b", peerMisdirected); got != 1 {
+	if got := a.peerOutcome("b", cluster.PeerMisdirected); got != 1 {
 		t.Fatalf("misdirected = %d, want 1", got)
 	}
-	if got := b.cl().misdirected.Get(); got != 1 {
+	if got := b.counter(`shield_peer_misdirected_total`); got != 1 {
 		t.Fatalf("b answered 421 %d times, want 1", got)
 	}
 	if a.src.refreshes.Load() != 1 {
@@ -167,8 +169,8 @@ func TestClusterForbiddenServedLocally(t *testing.T) {
 	if r.code != 200 || r.cacheStatus != "shield; fwd=miss; fwd-status=200; stored" {
 		t.Fatalf("refused forward: %+v", r)
 	}
-	if a.peerOutcome("b", peerForbidden) != 1 || b.cl().forbidden.Get() != 1 {
-		t.Fatalf("forbidden: edge counted %d, owner %d; want 1 and 1", a.peerOutcome("b", peerForbidden), b.cl().forbidden.Get())
+	if a.peerOutcome("b", cluster.PeerForbidden) != 1 || b.counter(`shield_peer_forbidden_total`) != 1 {
+		t.Fatalf("forbidden: edge counted %d, owner %d; want 1 and 1", a.peerOutcome("b", cluster.PeerForbidden), b.counter(`shield_peer_forbidden_total`))
 	}
 	if a.src.refreshes.Load() != 0 {
 		t.Fatal("a refused forward refreshed membership")
@@ -202,7 +204,7 @@ func (c *testCluster) peerReq(t testing.TB, from net.IP, n *testNode, method, ur
 
 func genField(v *routing.View) string { return "Shield-Generation: " + itoa64(v.Current.Generation()) }
 
-func itoa64(n uint64) string { return string(appendUint(nil, n)) }
+func itoa64(n uint64) string { return strconv.FormatUint(n, 10) }
 
 // The peer listener checks the secret and the caller's address, then the
 // generation: the current one, or the previous one inside the overlap;
@@ -235,8 +237,8 @@ func TestPeerHandlerChecks(t *testing.T) {
 	if r.StatusCode() != 421 || string(r.Header.Peek("Shield-Generation")) != itoa64(b.m.View().Current.Generation()) {
 		t.Fatalf("previous generation after the overlap: %d %q", r.StatusCode(), r.Header.Peek("Shield-Generation"))
 	}
-	if b.cl().forbidden.Get() != 2 || b.cl().misdirected.Get() != 2 {
-		t.Fatalf("forbidden %d, misdirected %d; want 2 and 2", b.cl().forbidden.Get(), b.cl().misdirected.Get())
+	if b.counter(`shield_peer_forbidden_total`) != 2 || b.counter(`shield_peer_misdirected_total`) != 2 {
+		t.Fatalf("forbidden %d, misdirected %d; want 2 and 2", b.counter(`shield_peer_forbidden_total`), b.counter(`shield_peer_misdirected_total`))
 	}
 }
 
@@ -295,7 +297,7 @@ func TestClusterReadThroughPreviousOwner(t *testing.T) {
 	if !cn.has(t, hit, cache.KindResponse) {
 		t.Fatal("the new owner did not keep the previous owner's copy")
 	}
-	if got := cn.cl().readThroughHit.Get(); got != 1 {
+	if got := cn.counter(`shield_peer_read_through_total{outcome="hit"}`); got != 1 {
 		t.Fatalf("read-through hits = %d, want 1", got)
 	}
 
@@ -303,7 +305,7 @@ func TestClusterReadThroughPreviousOwner(t *testing.T) {
 	if r := a.get(t, miss); r.code != 200 || c.origin.hits(miss) != 1 {
 		t.Fatalf("read-through miss: %+v, origin %d", r, c.origin.hits(miss))
 	}
-	if got := cn.cl().readThroughMiss.Get(); got != 1 {
+	if got := cn.counter(`shield_peer_read_through_total{outcome="miss"}`); got != 1 {
 		t.Fatalf("read-through misses = %d, want 1", got)
 	}
 	if got := b.readThroughsReceived(); len(got) != 2 || got[0] != hit || got[1] != miss {
@@ -372,7 +374,7 @@ func TestClusterHandoffOnLeave(t *testing.T) {
 	key := a.key(t, path)
 	for i := 0; ; i++ {
 		a.get(t, path)
-		if top := a.cl().hot.top(10); len(top) > 0 && bytes.Equal(top[0], key) {
+		if top := a.cl().Hottest(10); len(top) > 0 && bytes.Equal(top[0], key) {
 			break
 		}
 		if i > 5000 {
@@ -383,15 +385,15 @@ func TestClusterHandoffOnLeave(t *testing.T) {
 	if sent := a.p.Handoff(context.Background()); sent != 1 {
 		t.Fatalf("Handoff sent %d entries, want 1", sent)
 	}
-	if !b.has(t, path, cache.KindResponse) || b.cl().handoffTaken.Get() != 1 {
+	if !b.has(t, path, cache.KindResponse) || b.counter(`shield_handoff_entries_received_total`) != 1 {
 		t.Fatal("the new owner did not take the entry")
 	}
 	if r := b.get(t, path); !strings.HasPrefix(r.cacheStatus, "shield; hit") || c.origin.hits(path) != 1 {
 		t.Fatalf("on the new owner: %+v, origin %d", r, c.origin.hits(path))
 	}
 	// A second push finds the key held: not overwritten, still 204.
-	if sent := a.p.Handoff(context.Background()); sent != 1 || b.cl().handoffTaken.Get() != 1 {
-		t.Fatalf("second hand-off: sent %d, taken %d", sent, b.cl().handoffTaken.Get())
+	if sent := a.p.Handoff(context.Background()); sent != 1 || b.counter(`shield_handoff_entries_received_total`) != 1 {
+		t.Fatalf("second hand-off: sent %d, taken %d", sent, b.counter(`shield_handoff_entries_received_total`))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -414,7 +416,7 @@ func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
 	c := newTestCluster(t, clusterSetup{yaml: "  hot_key_max_age: 5s\n", opts: func(o *ClusterOptions) { o.HotKeyRate = 1 }}, "a", "b")
 	a, b := c.node("a"), c.node("b")
 	path := pathWhere(t, "near", func(p string) bool { return a.owner(t, p) == "b" })
-	for i := 0; a.cl().nearStored.Get() == 0; i++ {
+	for i := 0; a.counter(`shield_near_copies_stored_total`) == 0; i++ {
 		a.get(t, path)
 		if i > 5000 {
 			t.Fatal("no near copy after 5000 requests")
@@ -423,12 +425,12 @@ func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
 	if !a.has(t, path, cache.KindNearCopy) {
 		t.Fatal("the edge holds no near copy")
 	}
-	forwards := a.peerOutcome("b", peerOK)
+	forwards := a.peerOutcome("b", cluster.PeerOK)
 	r := a.get(t, path)
-	if !strings.HasPrefix(r.cacheStatus, "shield; hit; ttl=") || strings.Contains(r.cacheStatus, "peer-b") || a.peerOutcome("b", peerOK) != forwards {
-		t.Fatalf("near-copy hit: %+v (forwards %d → %d)", r, forwards, a.peerOutcome("b", peerOK))
+	if !strings.HasPrefix(r.cacheStatus, "shield; hit; ttl=") || strings.Contains(r.cacheStatus, "peer-b") || a.peerOutcome("b", cluster.PeerOK) != forwards {
+		t.Fatalf("near-copy hit: %+v (forwards %d → %d)", r, forwards, a.peerOutcome("b", cluster.PeerOK))
 	}
-	if a.cl().nearHits.Get() == 0 {
+	if a.counter(`shield_near_copy_hits_total`) == 0 {
 		t.Fatal("near-copy hit not counted")
 	}
 	code, body := admin(t, a.p, "POST", "/purge?url=http://"+testHost+path)

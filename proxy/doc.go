@@ -7,12 +7,15 @@
 // The pure decisions live elsewhere — cache keys in cachekey, freshness
 // and storability in stale, tenant and origin limits in admission,
 // breakers and the retry budget in breaker, routes and the peer set in
-// routing — and are called with plain values. The cache (entries, store,
-// invalidations, namespaces, the ordering of writes) is proxy/cache; the
-// origins (servers, health, budget, breaker, one protected call, and the
-// registry that keeps their state across reloads) are proxy/upstream; the
-// public listener's HTTP/1.x and HTTP/2 servers are proxy/listener. The
-// cluster is still in this package. Which imports each room may have is
+// routing — and are called with plain values. The rooms beside it: the
+// cache (entries, store, invalidations, namespaces, the ordering of
+// writes) is proxy/cache; the origins (servers, health, budget, breaker,
+// one protected call, and the registry that keeps their state across
+// reloads) are proxy/upstream; the cluster (forwarding transport, peer
+// listener, purge log and sync, usage exchange, hand-off) is
+// proxy/cluster, which reaches this package only through cluster.Local
+// (peerlocal.go); the public listener's HTTP/1.x and HTTP/2 servers are
+// proxy/listener. Which imports each room may have is
 // docs/architecture.md §2 (internal/importrules enforces it).
 //
 // Files, in request order (internal/doccheck checks that the list names
@@ -29,10 +32,9 @@
 //	encoding.go          Accept-Encoding canonicalisation: one variant per preference
 //	ranges.go            Range requests cut from the stored whole object
 //	cachestatus.go       the Cache-Status field, written here only
-//	cluster.go           forwarding to the key's owner, peer listener, purge fan-out,
-//	                     peer TLS reloads (PreparePeerTLS)
-//	peerskip.go          per-peer breakers on the forwarded path (atomics, no allocation)
-//	nearcopy.go          near copies of hot keys, previous-owner read-through
+//	peerlocal.go         the cluster's side of the node: SetCluster, cluster.Local,
+//	                     the forwarded request built for the owner (forwardToOwner)
+//	nearcopy.go          near copies of hot keys kept from the owner's answer
 //	fetch.go             misses: coalescing, origin fetch for the cache (through
 //	                     proxy/upstream), stale-if-error,
 //	                     background refresh, storing
@@ -45,12 +47,7 @@
 //	freshness.go         origin response → stale.Facts → storable / lifetime / windows
 //	hithead.go           a hit's head: parsed heads copied into the answer
 //	purge.go             purge by URL (hard, soft) and by namespace (applied through proxy/cache)
-//	purgelog.go          cluster purge delivery: the purge log, retries to every holder
-//	purgesync.go         purge sync between nodes that learn of each other late (Consul)
-//	hot.go               sampled hot-key table (near copies, hand-off)
-//	handoff.go           pushing hot entries to new owners on a graceful leave
-//	usage.go             usage exchange between nodes for fleet-wide tenant limits
-//	usage_failmode.go    the fleet limiter's fail mode while a member is not heard from
+//	handoff.go           hand-off entries: the ones handed over, the ones taken
 //	status.go            the admin status page's data and event log
 //	metrics.go, metrics_help.go, metrics_runtime.go, admin.go
 //	                     Prometheus metrics and admin API

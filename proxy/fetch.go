@@ -10,6 +10,7 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/stale"
@@ -90,7 +91,7 @@ type originFetch struct {
 	hasAuth            bool // the client sent Authorization
 	// prev is the key's previous owner inside the overlap window (read
 	// through to it first), tid the tenant sent along; both nil else.
-	prev *peerClient
+	prev *cluster.Peer
 	tid  []byte
 	// client gets the origin's 103 Early Hints (nil: nobody does;
 	// httpx/earlyhints.go).
@@ -187,7 +188,7 @@ func (p *Proxy) readThroughPrev(seq int64, f *originFetch, resp *fasthttp.Respon
 	if f.prev == nil || c == nil || f.stale != nil {
 		return false, seq, nil
 	}
-	if !p.readThrough(c, f.prev, f.req, f.tid, resp) {
+	if !c.ReadThrough(f.prev, f.req, f.tid, resp) {
 		return false, seq, nil
 	}
 	fromPrev = true
@@ -196,7 +197,7 @@ func (p *Proxy) readThroughPrev(seq int64, f *originFetch, resp *fasthttp.Respon
 	// overlap) came after that copy's fetch started.
 	remoteSeq, tags, ok := parsePeerTags(resp.Header.PeekBytes(hShieldTags))
 	if dead, _ := p.cache.Invalidations().Verdict(remoteSeq, f.urlDigest, tags); !ok || dead {
-		c.readThroughMiss.Inc()
+		c.ReadThroughRefused()
 		resp.Reset()
 		fromPrev, tags = false, nil
 	} else {

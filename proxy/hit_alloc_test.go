@@ -8,7 +8,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
@@ -123,18 +122,5 @@ func TestForwardedHitAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(1000, do); n != 0 {
 			t.Errorf("forwarded hit, %s: %v allocs, want 0", name, n)
 		}
-	}
-}
-
-// TestPeerSkipAllocs: the peer breaker on the forwarded path.
-func TestPeerSkipAllocs(t *testing.T) {
-	var s peerSkip
-	if n := testing.AllocsPerRun(1000, func() {
-		ok, probe := s.allow(1)
-		if ok {
-			s.done(probe, breaker.Success, 1)
-		}
-	}); n != 0 {
-		t.Errorf("allow+done: %v allocs, want 0", n)
 	}
 }

@@ -93,7 +93,7 @@ type globalMetrics struct {
 	purges           *metrics.Counter
 	reloads          *metrics.Counter
 	adminCrossSite   *metrics.Counter // admin requests refused as cross-site
-	stalls           *metrics.Counter // watchdog gaps that closed the cache (purgesync.go)
+	stalls           *metrics.Counter // watchdog gaps that closed the cache (proxy/cluster/purgesync.go)
 	reloadFails      *metrics.Counter
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
@@ -47,8 +48,8 @@ type Proxy struct {
 	requests atomic.Uint64 // for access-log sampling
 
 	// cluster is nil on a single node; set once by SetCluster.
-	cluster atomic.Pointer[cluster]
-	plog    *purgeLog
+	cluster atomic.Pointer[cluster.Node]
+	plog    *cluster.PurgeLog
 	// hold is set while snapshot entries wait for the purge catch-up.
 	hold *snapshotHold
 	// top tracks this node's hottest keys (sampled; see topk).
@@ -164,7 +165,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	}
 	p.heads = new(heads)
 	p.cache = cache.Open(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
-	p.plog = newPurgeLog(time.Now())
+	p.plog = cluster.NewPurgeLog(time.Now())
 	p.holdSnapshot(cfg)
 	p.g = newGlobalMetrics(p.cache.Fastcache())
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
@@ -409,7 +410,7 @@ func (p *Proxy) Close() error {
 	if err := p.cache.SaveSnapshot(); err != nil {
 		return err
 	}
-	if err := p.plog.save(path+".purgelog", start); err != nil {
+	if err := p.plog.Save(path+".purgelog", start); err != nil {
 		return err
 	}
 	if err := p.cache.SaveInvalidations(); err != nil {
@@ -423,7 +424,7 @@ func (p *Proxy) Close() error {
 func (p *Proxy) Handler() fasthttp.RequestHandler { return p.serve }
 
 // snapshotHold keeps a loaded snapshot's entries unserved until the
-// node has caught up on the purges it missed (purgelog.go).
+// node has caught up on the purges it missed (proxy/cluster/purgelog.go).
 type snapshotHold struct {
 	since    int64 // replay purges from here (the snapshot's save time, minus skew)
 	global   int64 // the watermark to restore once caught up
@@ -432,7 +433,7 @@ type snapshotHold struct {
 }
 
 // clockSkew widens the replay window for clocks that disagree.
-const clockSkew = 5 * time.Second
+const clockSkew = cluster.ClockSkew
 
 // holdSnapshot starts holding snapshot entries when this node is in a
 // cluster and loaded a non-empty snapshot: other nodes may have purged
@@ -441,10 +442,10 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 	if p.cache.Path() == "" {
 		return
 	}
-	f, err := loadPurgeLog(p.cache.Path() + ".purgelog")
+	f, err := cluster.LoadPurgeLog(p.cache.Path() + ".purgelog")
 	if err == nil {
 		for _, r := range f.Records {
-			p.plog.add(r)
+			p.plog.Add(r)
 		}
 	} else if !os.IsNotExist(err) {
 		p.logger.Warn("purge log unreadable", "err", err)
@@ -454,7 +455,7 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 	if cfg.Cluster == nil || st.EntriesCount == 0 {
 		return
 	}
-	h := &snapshotHold{global: p.cache.Invalidations().Global.Load(), logSince: p.plog.since}
+	h := &snapshotHold{global: p.cache.Invalidations().Global.Load(), logSince: p.plog.Since()}
 	if err == nil && f.SavedAt > 0 {
 		h.since = f.SavedAt - int64(clockSkew)
 		h.logSince = f.Since
@@ -472,7 +473,5 @@ func (p *Proxy) releaseSnapshot() {
 	h := p.hold
 	// Unless a replayed "purge everything" raised it meanwhile.
 	p.cache.Invalidations().Global.CompareAndSwap(h.held, h.global)
-	p.plog.mu.Lock()
-	p.plog.since = min(p.plog.since, h.logSince)
-	p.plog.mu.Unlock()
+	p.plog.WidenSince(h.logSince)
 }

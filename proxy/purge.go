@@ -36,14 +36,6 @@ import (
 // rewritten after every purge and saved with the snapshot, so a restart
 // does not resurrect purged entries.
 
-// PurgeResult says what a purge did.
-type PurgeResult struct {
-	Kind      string `json:"kind"` // url, soft-url, tag, soft-tag, route, tenant
-	Target    string `json:"target"`
-	Found     bool   `json:"found,omitempty"`
-	Namespace uint16 `json:"namespace,omitempty"`
-}
-
 // errPurge is a purge request that cannot be carried out (4xx).
 var errPurge = errors.New("proxy: bad purge request")
 

@@ -16,6 +16,7 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
@@ -38,11 +39,11 @@ type scratch struct {
 	// node's purge sync does not hold the cache closed for it.
 	checked bool
 
-	hotRate   float64     // sampled request rate of a forwarded key (0: not sampled)
-	ownerID   string      // the owner a request was forwarded to
-	prevOwner *peerClient // the key's previous owner, inside the overlap window
-	urlLen    int         // key[:urlLen] names the URL (cachekey.AppendURL)
-	ranges    []byteRange // Range parsing (buffer only)
+	hotRate   float64       // sampled request rate of a forwarded key (0: not sampled)
+	ownerID   string        // the owner a request was forwarded to
+	prevOwner *cluster.Peer // the key's previous owner, inside the overlap window
+	urlLen    int           // key[:urlLen] names the URL (cachekey.AppendURL)
+	ranges    []byteRange   // Range parsing (buffer only)
 
 	// A hit's head: the entry's prepared head completed, read into the
 	// response through rd and br (readHead).
@@ -222,13 +223,13 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	var v *routing.View
 	c := p.cluster.Load()
 	if c != nil && !readThrough {
-		v = c.m.View()
+		v = c.View()
 		digest := cachekey.Digest(sc.key)
-		rate := c.hot.touch(sc.key, digest, now)
+		rate := c.Touch(sc.key, digest, now)
 		if owner, self := v.Current.Owner(digest); !self && !fromPeer {
 			forwardTo, sc.hotRate, sc.ownerID = owner, rate, owner.ID
 		} else {
-			sc.prevOwner = c.readThroughPeer(v, digest, now)
+			sc.prevOwner = c.ReadThroughPeer(v, digest, now)
 		}
 	}
 
@@ -249,7 +250,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		if lk == lkHit && e.Kind == cache.KindNearCopy {
 			age := e.Age(now)
 			if stale.Classify(age, time.Duration(e.Lifetime), 0, 0, &sc.cc) == stale.Fresh {
-				c.nearHits.Inc()
+				c.NearCopyHit()
 				p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 				return resHit
 			}
@@ -484,7 +485,7 @@ func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, 
 // invalidations before keeping a near copy or a previous owner's copy,
 // so neither can bring back what it purged; it keeps neither without
 // this field, and never passes it on.
-var hShieldTags = []byte("Shield-Tags")
+var hShieldTags = cluster.HTags
 
 // peerTags sets Shield-Tags on an answer to a peer.
 func (sc *scratch) peerTags(resp *fasthttp.Response, e *cache.Entry) {

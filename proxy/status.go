@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"io"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,9 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
-	"github.com/shield-proxy/shield/breaker"
 	"github.com/shield-proxy/shield/originpool"
-	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/statuspage"
 	"github.com/shield-proxy/shield/topk"
 )
@@ -69,7 +66,7 @@ func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	p.cache.Fastcache().UpdateStats(&st)
 	s.Cache = statuspage.Cache{Entries: st.EntriesCount, Bytes: st.BytesSize, MaxBytes: st.MaxBytesSize}
 	if c := p.cluster.Load(); c != nil {
-		s.Cluster = c.status()
+		s.Cluster = c.Status()
 	}
 	rt := p.rt.Load()
 	for _, r := range rt.routes {
@@ -144,48 +141,6 @@ func tenantStatus(stats []admission.TenantStats) *statuspage.Tenants {
 	byRej := all
 	slices.SortStableFunc(byRej, func(a, b statuspage.Tenant) int { return cmp.Compare(b.Rejected, a.Rejected) })
 	return &statuspage.Tenants{ByRequests: byReq[:min(20, len(byReq))], ByRejections: byRej[:min(20, len(byRej))]}
-}
-
-// shareSamples is how many synthetic digests measure each peer's share.
-const shareSamples = 4096
-
-func (c *cluster) status() *statuspage.Cluster {
-	v := c.m.View()
-	cs := &statuspage.Cluster{
-		Generation:      strconv.FormatUint(v.Current.Generation(), 16),
-		Membership:      "static",
-		ConsulReachable: c.src.Reachable(),
-		CacheOpen:       true,
-	}
-	var synced map[string]bool
-	if c.sync != nil {
-		synced, cs.CacheOpen = c.sync.synced()
-	}
-	if _, ok := c.src.(*routing.Consul); ok {
-		cs.Membership = "consul"
-	}
-	owned := map[string]int{}
-	for i := range uint64(shareSamples) {
-		owner, _ := v.Current.Owner(i * 0x9e3779b97f4a7c15)
-		owned[owner.ID]++
-	}
-	self := v.Current.Self()
-	table := c.peers.Load()
-	for _, peer := range v.Current.Peers() {
-		ps := statuspage.Peer{ID: peer.ID, Addr: peer.Addr, Weight: peer.Weight, Share: float64(owned[peer.ID]) / shareSamples, Up: true}
-		if ps.Weight == 0 {
-			ps.Weight = 1
-		}
-		ps.Self = self != nil && self.ID == peer.ID
-		ps.PurgeSynced = synced == nil || ps.Self || synced[peer.ID]
-		if table != nil && !ps.Self {
-			if pc := table.byID[peer.ID]; pc != nil && pc.skip.state(time.Now().UnixNano()) == breaker.Open {
-				ps.Up = false
-			}
-		}
-		cs.Peers = append(cs.Peers, ps)
-	}
-	return cs
 }
 
 // serveStatus answers GET / and GET /status.json.

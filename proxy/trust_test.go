@@ -18,6 +18,7 @@ import (
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 )
 
 // blockingOrigin answers "version N" (N counts GETs) and holds the GET
@@ -270,7 +271,7 @@ func TestAuthorizationKeepsStaleCopy(t *testing.T) {
 // unrelated peer).
 func TestScratchReset(t *testing.T) {
 	sc := &scratch{key: []byte("k"), vkey: []byte("v"), tmp: []byte("t"), hdrs: [][]byte{[]byte("h")},
-		tid: []byte("tenant"), fromPeer: true, hotRate: 3, ownerID: "n2", prevOwner: &peerClient{id: "n9"}, urlLen: 4}
+		tid: []byte("tenant"), fromPeer: true, hotRate: 3, ownerID: "n2", prevOwner: new(cluster.Peer), urlLen: 4}
 	sc.cc.NoStore = true
 	sc.reset()
 	v := reflect.ValueOf(sc).Elem()

@@ -41,8 +41,8 @@ func TestUsageExchange(t *testing.T) {
 	if acme(b) <= 0 {
 		t.Errorf("idle node's share %v: it must keep some of the rate", acme(b))
 	}
-	if a.cl().usage.sent.Get() == 0 || b.cl().usage.received.Get() == 0 {
-		t.Errorf("reports sent by a %d, received by b %d", a.cl().usage.sent.Get(), b.cl().usage.received.Get())
+	if a.counter(`shield_usage_reports_total{outcome="sent"}`) == 0 || b.counter(`shield_usage_reports_total{outcome="received"}`) == 0 {
+		t.Errorf("reports sent by a %d, received by b %d", a.counter(`shield_usage_reports_total{outcome="sent"}`), b.counter(`shield_usage_reports_total{outcome="received"}`))
 	}
 }
 
@@ -55,8 +55,8 @@ func TestUsageReportRefused(t *testing.T) {
 	if r := c.peerReq(t, a.ip, b, "POST", usagePath, "not a report", auth); r.StatusCode() != fasthttp.StatusBadRequest {
 		t.Errorf("malformed report: %d, want 400", r.StatusCode())
 	}
-	if b.cl().usage.bad.Get() != 1 {
-		t.Errorf("bad reports counted: %d, want 1", b.cl().usage.bad.Get())
+	if b.counter(`shield_usage_reports_total{outcome="bad"}`) != 1 {
+		t.Errorf("bad reports counted: %d, want 1", b.counter(`shield_usage_reports_total{outcome="bad"}`))
 	}
 	if r := c.peerReq(t, a.ip, b, "GET", usagePath, "", auth); r.StatusCode() != fasthttp.StatusMethodNotAllowed {
 		t.Errorf("GET %s: %d, want 405", usagePath, r.StatusCode())

@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"sync/atomic"
@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/routing"
 )
 
 // Usage exchange (issue 14): every UsageInterval each node POSTs its
@@ -29,99 +30,110 @@ type usageExchange struct {
 	failed   *metrics.Counter
 	received *metrics.Counter
 	bad      *metrics.Counter
+	// The exchange loop's own: a report's encoding, and each peer's
+	// send in flight.
+	body     []byte
+	inFlight map[string]*atomic.Bool
 }
 
-// startUsage starts the exchange loop; it stops with the proxy's
+// startUsage starts the exchange loop; it stops with the node's
 // background context.
-func (p *Proxy) startUsage(c *cluster) {
+func (c *Node) startUsage() {
 	if c.opts.UsageInterval <= 0 {
 		return
 	}
+	set := c.env.Metrics
 	u := &usageExchange{
 		fleet:    admission.NewFleet(c.m.Self().ID, c.opts.UsageInterval),
 		interval: c.opts.UsageInterval,
-		sent:     p.g.set.NewCounter(`shield_usage_reports_total{outcome="sent"}`),
-		failed:   p.g.set.NewCounter(`shield_usage_reports_total{outcome="failed"}`),
-		received: p.g.set.NewCounter(`shield_usage_reports_total{outcome="received"}`),
-		bad:      p.g.set.NewCounter(`shield_usage_reports_total{outcome="bad"}`),
+		sent:     set.NewCounter(`shield_usage_reports_total{outcome="sent"}`),
+		failed:   set.NewCounter(`shield_usage_reports_total{outcome="failed"}`),
+		received: set.NewCounter(`shield_usage_reports_total{outcome="received"}`),
+		bad:      set.NewCounter(`shield_usage_reports_total{outcome="bad"}`),
+		inFlight: map[string]*atomic.Bool{},
 	}
 	silent := new(atomic.Int64)
-	p.g.set.NewGauge(`shield_usage_silent_peers`, func() float64 { return float64(silent.Load()) })
+	set.NewGauge(`shield_usage_silent_peers`, func() float64 { return float64(silent.Load()) })
 	c.usage = u
-	fm := newFailMode(p.g.set, p.logger, u.fleet, u.interval, time.Now())
-	inFlight := map[string]*atomic.Bool{}
-	p.bgWG.Add(1)
+	fm := newFailMode(set, c.logger, u.fleet, u.interval, time.Now())
+	c.env.WG.Add(1)
 	go func() {
-		defer p.bgWG.Done()
+		defer c.env.WG.Done()
 		tick := time.NewTicker(u.interval)
 		defer tick.Stop()
-		var body []byte
 		for {
 			select {
-			case <-p.bgCtx.Done():
+			case <-c.env.Ctx.Done():
 				return
 			case <-tick.C:
 			}
-			rt := p.rt.Load()
-			if rt == nil || rt.tenants == nil {
+			ts := c.local.Tenants()
+			if ts == nil {
 				continue
 			}
 			now := time.Now()
-			rep := u.fleet.Observe(rt.tenants, now)
+			rep := u.fleet.Observe(ts, now)
 			v := c.m.View()
-			self := c.m.Self().ID
 			peers := v.Current.Peers()
 			members := make([]string, 0, len(peers))
 			for _, peer := range peers {
 				members = append(members, peer.ID)
 			}
 			if rep.Window > 0 {
-				body = admission.AppendReport(body[:0], rep)
-				gen := v.Current.Generation()
-				tab := c.peers.Load()
-				for _, peer := range peers {
-					pc := tab.byID[peer.ID]
-					if peer.ID == self || pc == nil {
-						continue
-					}
-					busy := inFlight[peer.ID]
-					if busy == nil {
-						busy = new(atomic.Bool)
-						inFlight[peer.ID] = busy
-					}
-					if !busy.CompareAndSwap(false, true) {
-						continue // the previous report to it has not finished
-					}
-					b := append([]byte(nil), body...)
-					addr := peer.Addr
-					p.bgWG.Add(1)
-					go func() {
-						defer p.bgWG.Done()
-						defer busy.Store(false)
-						if sendUsage(c, pc, addr, gen, b, now.Add(u.interval)) {
-							u.sent.Inc()
-						} else {
-							u.failed.Inc()
-						}
-					}()
-				}
+				u.body = admission.AppendReport(u.body[:0], rep)
+				c.sendReports(v, u.body, now)
 			}
-			n := u.fleet.Apply(rt.tenants, members, now)
+			n := u.fleet.Apply(ts, members, now)
 			silent.Store(int64(n))
 			fm.note(n, members, now)
 		}
 	}()
 }
 
+// sendReports sends one report to every other peer of v whose previous
+// report has finished, in the background.
+func (c *Node) sendReports(v *routing.View, body []byte, now time.Time) {
+	u := c.usage
+	self := c.m.Self().ID
+	gen := v.Current.Generation()
+	tab := c.peers.Load()
+	for _, peer := range v.Current.Peers() {
+		pc := tab.byID[peer.ID]
+		if peer.ID == self || pc == nil {
+			continue
+		}
+		busy := u.inFlight[peer.ID]
+		if busy == nil {
+			busy = new(atomic.Bool)
+			u.inFlight[peer.ID] = busy
+		}
+		if !busy.CompareAndSwap(false, true) {
+			continue // the previous report to it has not finished
+		}
+		b := append([]byte(nil), body...)
+		addr := peer.Addr
+		c.env.WG.Add(1)
+		go func() {
+			defer c.env.WG.Done()
+			defer busy.Store(false)
+			if c.sendUsage(pc, addr, gen, b, now.Add(u.interval)) {
+				u.sent.Inc()
+			} else {
+				u.failed.Inc()
+			}
+		}()
+	}
+}
+
 // sendUsage POSTs one report; it reports whether the peer took it.
-func sendUsage(c *cluster, pc *peerClient, addr string, gen uint64, body []byte, deadline time.Time) bool {
+func (c *Node) sendUsage(pc *Peer, addr string, gen uint64, body []byte, deadline time.Time) bool {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI(usagePath)
-	setPeerHead(&req.Header, c, addr, gen)
+	c.setPeerHead(&req.Header, addr, gen)
 	req.Header.SetContentType("text/plain")
 	req.SetBody(body)
 	if err := pc.hc.DoDeadline(req, resp, deadline); err != nil {
@@ -134,10 +146,10 @@ func sendUsage(c *cluster, pc *peerClient, addr string, gen uint64, body []byte,
 // the secret and address checks and before the generation check: usage
 // does not depend on key ownership, so a membership change in flight
 // must not drop it.
-func (p *Proxy) takeUsage(ctx *fasthttp.RequestCtx, c *cluster) {
+func (c *Node) takeUsage(ctx *fasthttp.RequestCtx) {
 	u := c.usage
-	rt := p.rt.Load()
-	if u == nil || rt == nil || rt.tenants == nil {
+	ts := c.local.Tenants()
+	if u == nil || ts == nil {
 		ctx.SetStatusCode(fasthttp.StatusNotFound)
 		return
 	}
@@ -152,7 +164,7 @@ func (p *Proxy) takeUsage(ctx *fasthttp.RequestCtx, c *cluster) {
 		ctx.SetBodyString(err.Error() + "\n")
 		return
 	}
-	u.fleet.Receive(rep, rt.tenants, time.Now())
+	u.fleet.Receive(rep, ts, time.Now())
 	u.received.Inc()
 	ctx.SetStatusCode(fasthttp.StatusNoContent)
 }

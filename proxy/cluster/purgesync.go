@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"errors"
@@ -64,6 +64,8 @@ import (
 // Static membership needs none of this: every node knows every peer from
 // the start, and a queued purge is retried until the peer takes it.
 const (
+	// ClockSkew widens a replay window for clocks that disagree.
+	ClockSkew         = 5 * time.Second
 	syncInterval      = 200 * time.Millisecond
 	syncGatedInterval = 20 * time.Millisecond // while out of sync
 	stallTick         = 100 * time.Millisecond
@@ -205,27 +207,27 @@ func (s *purgeSync) stalled(now time.Time) {
 // reports a gap longer than stallLease (the process did not run) to the
 // purge sync, before renewing: a request after the old lease finds the
 // gate closed instead.
-func (p *Proxy) stallWatch(c *cluster) {
-	defer p.bgWG.Done()
+func (c *Node) stallWatch() {
+	defer c.env.WG.Done()
 	t := time.NewTicker(stallTick)
 	defer t.Stop()
 	last := time.Now()
-	p.cache.Invalidations().Lease.Store(last.Add(stallLease).UnixNano())
+	c.env.Lease.Store(last.Add(stallLease).UnixNano())
 	for {
 		select {
-		case <-p.bgCtx.Done():
+		case <-c.env.Ctx.Done():
 			return
 		case <-t.C:
 		}
 		now := time.Now()
 		if gap := now.Sub(last); gap > stallLease {
 			c.sync.stalled(now)
-			p.g.stalls.Inc()
-			p.logger.Warn("process did not run: not serving from the cache until every peer's purge log is synced again",
+			c.stalls.Inc()
+			c.logger.Warn("process did not run: not serving from the cache until every peer's purge log is synced again",
 				"gap", gap.Round(time.Millisecond).String())
 		}
 		last = now
-		p.cache.Invalidations().Lease.Store(now.Add(stallLease).UnixNano())
+		c.env.Lease.Store(now.Add(stallLease).UnixNano())
 	}
 }
 
@@ -245,12 +247,12 @@ func (s *purgeSync) synced() (peers map[string]bool, open bool) {
 
 // syncLoop pulls every peer's purge log each syncInterval, and at once
 // when the view changes, until the proxy closes.
-func (p *Proxy) syncLoop(c *cluster) {
-	defer p.bgWG.Done()
+func (c *Node) syncLoop() {
+	defer c.env.WG.Done()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		p.syncRound(c)
+		c.syncRound()
 		// Out of sync the cache is closed: ask again soon.
 		next := syncInterval
 		if c.sync.gate.Load() {
@@ -258,7 +260,7 @@ func (p *Proxy) syncLoop(c *cluster) {
 		}
 		t.Reset(next)
 		select {
-		case <-p.bgCtx.Done():
+		case <-c.env.Ctx.Done():
 			return
 		case <-t.C:
 		case <-c.sync.wake:
@@ -272,11 +274,11 @@ type syncAnswer struct {
 	Member   bool          `json:"member"`
 	Epoch    uint64        `json:"epoch"`
 	Next     uint64        `json:"next"`
-	Records  []purgeRecord `json:"records"`
+	Records  []PurgeRecord `json:"records"`
 }
 
 // syncRound asks every peer in the view once, in parallel.
-func (p *Proxy) syncRound(c *cluster) {
+func (c *Node) syncRound() {
 	s := c.sync
 	v := c.m.View()
 	self := c.m.Self()
@@ -288,7 +290,7 @@ func (p *Proxy) syncRound(c *cluster) {
 			s.establishLocked()
 		case now.Sub(s.started) > catchUpWindow:
 			s.establishLocked()
-			p.logger.Warn("membership source never answered: serving from the cache with the peers known so far", "waited", catchUpWindow.String())
+			c.logger.Warn("membership source never answered: serving from the cache with the peers known so far", "waited", catchUpWindow.String())
 		}
 		s.updateLocked()
 	}
@@ -316,7 +318,7 @@ func (p *Proxy) syncRound(c *cluster) {
 		if !ps.lastOK.IsZero() {
 			since = ps.lastOK
 		}
-		q += "&added_since=" + strconv.FormatInt(since.Add(-clockSkew).UnixNano(), 10)
+		q += "&added_since=" + strconv.FormatInt(since.Add(-ClockSkew).UnixNano(), 10)
 		asks = append(asks, ask{id: peer.ID, addr: peer.Addr, query: q})
 	}
 	s.mu.Unlock()
@@ -329,29 +331,29 @@ func (p *Proxy) syncRound(c *cluster) {
 			continue
 		}
 		wg.Go(func() {
-			ans, err := fetchSync(c, pc, a.addr, gen, a.query)
-			p.syncApply(c, a.id, ans, err, now)
+			ans, err := c.fetchSync(pc, a.addr, gen, a.query)
+			c.syncApply(a.id, ans, err, now)
 		})
 	}
 	wg.Wait()
 }
 
 // syncApply takes one peer's answer (or failure) into the sync state.
-func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now time.Time) {
+func (c *Node) syncApply(id string, ans syncAnswer, err error, now time.Time) {
 	s := c.sync
 	answered := err == nil && ans.Epoch != 0 // a 403 is an answer without a log
 	if answered {
 		for _, r := range ans.Records {
 			r.Seq, r.Added = 0, 0
-			if _, _, err := p.applyPurge(r); err != nil {
-				p.logger.Warn("synced purge refused", "peer", id, "args", r.Args, "err", err)
+			if _, _, err := c.local.ApplyPurge(r); err != nil {
+				c.logger.Warn("synced purge refused", "peer", id, "args", r.Args, "err", err)
 			}
 		}
 		if !ans.Complete {
 			// Records after our position left the peer's ring: which
 			// URLs they named is unknown.
-			p.cache.Invalidations().InvalidateAll()
-			p.logger.Warn("purge log from a peer was incomplete: everything fetched before now is dropped", "peer", id)
+			c.local.InvalidateAll()
+			c.logger.Warn("purge log from a peer was incomplete: everything fetched before now is dropped", "peer", id)
 		}
 	}
 	s.mu.Lock()
@@ -372,7 +374,7 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 		// Not held against it: a rolling upgrade must not close every
 		// cache (nor drop it after catchUpWindow).
 		if !ps.synced && ps.inView {
-			p.logger.Info("peer predates purge sync: relying on its pushes", "peer", id)
+			c.logger.Info("peer predates purge sync: relying on its pushes", "peer", id)
 			ps.synced = true
 			ps.tryingAt = time.Time{}
 		}
@@ -384,17 +386,17 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 	case err == nil:
 		// It does not have us in its view: its purges skip us.
 		if ps.synced {
-			p.logger.Info("a peer does not have this node in its view: not serving from the cache until it has", "peer", id)
+			c.logger.Info("a peer does not have this node in its view: not serving from the cache until it has", "peer", id)
 		}
 		ps.synced = false
 		if ps.tryingAt.IsZero() {
 			ps.tryingAt = now
 		}
 	case !ps.synced && ps.inView && !ps.tryingAt.IsZero() && now.Sub(ps.tryingAt) > catchUpWindow:
-		p.cache.Invalidations().InvalidateAll()
+		c.local.InvalidateAll()
 		ps.synced = true
 		ps.tryingAt = time.Time{}
-		p.logger.Warn("peer unreachable since it joined the view: its purges are unknown, everything fetched before now is dropped", "peer", id, "err", err)
+		c.logger.Warn("peer unreachable since it joined the view: its purges are unknown, everything fetched before now is dropped", "peer", id, "err", err)
 	}
 	s.updateLocked()
 }
@@ -403,9 +405,9 @@ func (p *Proxy) syncApply(c *cluster, id string, ans syncAnswer, err error, now 
 var errLegacyPeer = errors.New("purge log: peer predates purge sync")
 
 // fetchSync asks one peer for its purge log after this node's position.
-func fetchSync(c *cluster, pc *peerClient, addr string, gen uint64, query string) (syncAnswer, error) {
+func (c *Node) fetchSync(pc *Peer, addr string, gen uint64, query string) (syncAnswer, error) {
 	var ans syncAnswer
-	status, err := getPurgeLog(c, pc, addr, gen, query, &ans)
+	status, err := c.getPurgeLog(pc, addr, gen, query, &ans)
 	switch {
 	case err != nil, status == fasthttp.StatusOK:
 		return ans, err
@@ -423,7 +425,7 @@ func fetchSync(c *cluster, pc *peerClient, addr string, gen uint64, query string
 // serveSync answers a peer's sync: the records after its position (or,
 // in another epoch, those added since its instant) and whether it is in
 // this node's view. The view is read before the log (see above).
-func (p *Proxy) serveSync(ctx *fasthttp.RequestCtx, c *cluster) {
+func (c *Node) serveSync(ctx *fasthttp.RequestCtx) {
 	args := ctx.QueryArgs()
 	node := string(args.Peek("node"))
 	member := false
@@ -432,18 +434,28 @@ func (p *Proxy) serveSync(ctx *fasthttp.RequestCtx, c *cluster) {
 			member = true
 		}
 	}
-	ans := syncAnswer{Member: member, Epoch: p.plog.epoch}
+	ans := syncAnswer{Member: member, Epoch: c.plog.epoch}
 	epoch, errE := strconv.ParseUint(string(args.Peek("epoch")), 10, 64)
 	from, errF := strconv.ParseUint(string(args.Peek("from")), 10, 64)
-	if errE == nil && errF == nil && epoch == p.plog.epoch {
-		ans.Records, ans.Complete, ans.Next = p.plog.fromSeq(from)
+	if errE == nil && errF == nil && epoch == c.plog.epoch {
+		ans.Records, ans.Complete, ans.Next = c.plog.fromSeq(from)
 	} else {
 		since, err := strconv.ParseInt(string(args.Peek("added_since")), 10, 64)
 		if err != nil {
 			ctx.Error("added_since must be unix nanoseconds\n", fasthttp.StatusBadRequest)
 			return
 		}
-		ans.Records, ans.Complete, ans.Next = p.plog.addedSince(since)
+		ans.Records, ans.Complete, ans.Next = c.plog.addedSince(since)
 	}
 	writeJSON(ctx, fasthttp.StatusOK, ans)
+}
+
+// Stalled tells the purge sync that the process did not run until now
+// (the watchdog's finding): the node serves nothing from its cache until
+// every peer in its view has been asked again. A no-op with static
+// membership.
+func (c *Node) Stalled(now time.Time) {
+	if c.sync != nil {
+		c.sync.stalled(now)
+	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"testing"
@@ -62,5 +62,18 @@ func TestPeerSkip(t *testing.T) {
 	s.done(true, breaker.Success, now)
 	if ok, probe := s.allow(now); !ok || probe || s.state(now) != breaker.Closed {
 		t.Fatalf("after a good probe: allowed %v probe %v state %v; want closed", ok, probe, s.state(now))
+	}
+}
+
+// TestPeerSkipAllocs: the peer breaker on the forwarded path.
+func TestPeerSkipAllocs(t *testing.T) {
+	var s peerSkip
+	if n := testing.AllocsPerRun(1000, func() {
+		ok, probe := s.allow(1)
+		if ok {
+			s.done(probe, breaker.Success, 1)
+		}
+	}); n != 0 {
+		t.Errorf("allow+done: %v allocs, want 0", n)
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"log/slog"

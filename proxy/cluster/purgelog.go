@@ -1,4 +1,4 @@
-package proxy
+package cluster
 
 import (
 	"encoding/json"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/routing"
 )
 
 // Cluster purge delivery. A purge (admin purge by URL, tag, route or
@@ -45,8 +47,8 @@ const (
 	purgeSendLimit = 3 * time.Second
 )
 
-// purgeRecord is one purge as logged and delivered.
-type purgeRecord struct {
+// PurgeRecord is one purge as logged and delivered.
+type PurgeRecord struct {
 	ID   uint64 `json:"id"`
 	At   int64  `json:"at"` // unix ns where it was first applied
 	Args string `json:"args"`
@@ -57,10 +59,10 @@ type purgeRecord struct {
 	Added int64  `json:"added,omitempty"`
 }
 
-// purgeLog is the ring of recent purges this node applied.
-type purgeLog struct {
+// PurgeLog is the ring of recent purges this node applied.
+type PurgeLog struct {
 	mu           sync.Mutex
-	recs         []purgeRecord       // oldest first, at most purgeLogSize
+	recs         []PurgeRecord       // oldest first, at most purgeLogSize
 	ids          map[uint64]struct{} // ids in recs
 	dropped      int64               // the latest At of a record pushed out of the ring
 	droppedAdded int64               // the latest Added of a record pushed out of the ring
@@ -69,12 +71,13 @@ type purgeLog struct {
 	nextSeq      uint64              // the Seq the next record gets
 }
 
-func newPurgeLog(now time.Time) *purgeLog {
-	return &purgeLog{ids: map[uint64]struct{}{}, since: now.UnixNano(), epoch: rand.Uint64() | 1, nextSeq: 1}
+// NewPurgeLog makes an empty log, complete since now.
+func NewPurgeLog(now time.Time) *PurgeLog {
+	return &PurgeLog{ids: map[uint64]struct{}{}, since: now.UnixNano(), epoch: rand.Uint64() | 1, nextSeq: 1}
 }
 
-// add records r; false when its id was already recorded.
-func (l *purgeLog) add(r purgeRecord) bool {
+// Add records r; false when its id was already recorded.
+func (l *PurgeLog) Add(r PurgeRecord) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, dup := l.ids[r.ID]; dup {
@@ -97,10 +100,10 @@ func (l *purgeLog) add(r purgeRecord) bool {
 // fromSeq returns the records at or after seq (this log's positions) and
 // whether none of them was pushed out of the ring; next is the position
 // to ask from next time.
-func (l *purgeLog) fromSeq(seq uint64) (recs []purgeRecord, complete bool, next uint64) {
+func (l *PurgeLog) fromSeq(seq uint64) (recs []PurgeRecord, complete bool, next uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	recs = l.filterLocked(func(r *purgeRecord) bool { return r.Seq >= seq })
+	recs = l.filterLocked(func(r *PurgeRecord) bool { return r.Seq >= seq })
 	oldest := l.nextSeq
 	if len(l.recs) > 0 {
 		oldest = l.recs[0].Seq
@@ -110,16 +113,16 @@ func (l *purgeLog) fromSeq(seq uint64) (recs []purgeRecord, complete bool, next 
 
 // addedSince returns the records that entered this log at or after
 // since (this node's clock) and whether none of those was pushed out.
-func (l *purgeLog) addedSince(since int64) (recs []purgeRecord, complete bool, next uint64) {
+func (l *PurgeLog) addedSince(since int64) (recs []PurgeRecord, complete bool, next uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	recs = l.filterLocked(func(r *purgeRecord) bool { return r.Added >= since })
+	recs = l.filterLocked(func(r *PurgeRecord) bool { return r.Added >= since })
 	return recs, l.droppedAdded < since, l.nextSeq
 }
 
 // filterLocked returns a copy of the records keep selects; l.mu held.
-func (l *purgeLog) filterLocked(keep func(*purgeRecord) bool) []purgeRecord {
-	var recs []purgeRecord
+func (l *PurgeLog) filterLocked(keep func(*PurgeRecord) bool) []PurgeRecord {
+	var recs []PurgeRecord
 	for i := range l.recs {
 		if keep(&l.recs[i]) {
 			recs = append(recs, l.recs[i])
@@ -130,70 +133,80 @@ func (l *purgeLog) filterLocked(keep func(*purgeRecord) bool) []purgeRecord {
 
 // after returns the records at or after since and whether the log is
 // complete for that span.
-func (l *purgeLog) after(since int64) (recs []purgeRecord, complete bool) {
+func (l *PurgeLog) after(since int64) (recs []PurgeRecord, complete bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	recs = l.filterLocked(func(r *purgeRecord) bool { return r.At >= since })
+	recs = l.filterLocked(func(r *PurgeRecord) bool { return r.At >= since })
 	return recs, l.since <= since && l.dropped < since
 }
 
-type purgeLogFile struct {
+// PurgeLogFile is a saved purge log, beside a cache snapshot.
+type PurgeLogFile struct {
 	SavedAt int64         `json:"saved_at"` // when the snapshot beside it was saved
 	Since   int64         `json:"since"`
-	Records []purgeRecord `json:"records"`
+	Records []PurgeRecord `json:"records"`
 }
 
-func (l *purgeLog) save(path string, savedAt time.Time) error {
+// Save writes the log to path (through a temporary file); savedAt is
+// when the snapshot beside it was saved.
+func (l *PurgeLog) Save(path string, savedAt time.Time) error {
 	l.mu.Lock()
-	b, err := json.Marshal(purgeLogFile{SavedAt: savedAt.UnixNano(), Since: l.since, Records: l.recs})
+	b, err := json.Marshal(PurgeLogFile{SavedAt: savedAt.UnixNano(), Since: l.since, Records: l.recs})
 	l.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("proxy: purge log: %w", err)
+		return fmt.Errorf("cluster: purge log: %w", err)
 	}
 	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
-		return fmt.Errorf("proxy: save purge log: %w", err)
+		return fmt.Errorf("cluster: save purge log: %w", err)
 	}
 	if err := os.Rename(path+".tmp", path); err != nil {
-		return fmt.Errorf("proxy: save purge log: %w", err)
+		return fmt.Errorf("cluster: save purge log: %w", err)
 	}
 	return nil
 }
 
-// loadPurgeLog reads a saved log; savedAt is when the snapshot was saved.
-func loadPurgeLog(path string) (f purgeLogFile, err error) {
+// LoadPurgeLog reads a saved log; savedAt is when the snapshot was saved.
+func LoadPurgeLog(path string) (f PurgeLogFile, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return f, err
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
-		return f, fmt.Errorf("proxy: purge log %s: %w", path, err)
+		return f, fmt.Errorf("cluster: purge log %s: %w", path, err)
 	}
 	return f, nil
 }
 
-// applyPurge applies a purge record once (by id) and logs it; false when
-// it had been applied already.
-func (p *Proxy) applyPurge(r purgeRecord) (PurgeResult, bool, error) {
-	args, err := url.ParseQuery(r.Args)
-	if err != nil {
-		return PurgeResult{}, false, fmt.Errorf("%w: %v", errPurge, err)
-	}
-	if !p.plog.add(r) {
-		return PurgeResult{}, false, nil
-	}
-	res, err := p.Purge(args)
-	return res, true, err
+// Since is the instant since which the log holds every purge applied.
+func (l *PurgeLog) Since() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.since
 }
 
-// newPurge makes a record for args, applied here first.
-func newPurge(args url.Values) purgeRecord {
-	return purgeRecord{ID: rand.Uint64() | 1, At: time.Now().UnixNano(), Args: args.Encode()}
+// WidenSince moves Since back to since when it is earlier: a saved log
+// taken back in covers what it covered.
+func (l *PurgeLog) WidenSince(since int64) {
+	l.mu.Lock()
+	l.since = min(l.since, since)
+	l.mu.Unlock()
+}
+
+// Records returns a copy of the records at or after the log position seq.
+func (l *PurgeLog) Records(seq uint64) []PurgeRecord {
+	recs, _, _ := l.fromSeq(seq)
+	return recs
+}
+
+// NewPurge makes a record for args, applied here first.
+func NewPurge(args url.Values) PurgeRecord {
+	return PurgeRecord{ID: rand.Uint64() | 1, At: time.Now().UnixNano(), Args: args.Encode()}
 }
 
 // peerQueue holds purges not yet acknowledged by one peer.
 type peerQueue struct {
 	mu      sync.Mutex
-	pending []purgeRecord
+	pending []PurgeRecord
 	late    int // direct attempts still unanswered after purgeAnswerWait
 	wake    chan struct{}
 }
@@ -261,21 +274,17 @@ type Delivery struct {
 	Pending []string       `json:"pending"`
 }
 
-// deliver sends r to every other current peer. With wait it tries each
+// Deliver sends r to every other current peer. With wait it tries each
 // peer once, in parallel, and returns what answered within
 // purgeAnswerWait; a peer that did not acknowledge gets r through its
 // queue, retried. A peer that is behind (purges queued, or an attempt
 // unanswered past purgeAnswerWait) gets r through its queue at once, in
 // order, instead of another direct attempt: a hung peer costs one
 // connection at a time, not one per purge, and no answer waits for it.
-func (p *Proxy) deliver(r purgeRecord, wait bool) Delivery {
+func (c *Node) Deliver(r PurgeRecord, wait bool) Delivery {
 	out := Delivery{Peers: map[string]int{}, Pending: []string{}}
-	c := p.cluster.Load()
-	if c == nil {
-		return out
-	}
 	if wait && c.sync != nil && !c.sync.awaitMembership(purgeSendLimit) {
-		p.logger.Warn("purge delivered before the membership source answered: peers learn of it when they sync", "args", r.Args)
+		c.logger.Warn("purge delivered before the membership source answered: peers learn of it when they sync", "args", r.Args)
 	}
 	v := c.m.View()
 	self := c.m.Self().ID
@@ -293,7 +302,7 @@ func (p *Proxy) deliver(r purgeRecord, wait bool) Delivery {
 		if peer.ID == self {
 			continue
 		}
-		q := p.queueFor(c, peer.ID)
+		q := c.queueFor(peer.ID)
 		pc := c.peers.Load().byID[peer.ID]
 		if !wait || pc == nil || q.behind() {
 			q.push(r)
@@ -303,10 +312,10 @@ func (p *Proxy) deliver(r purgeRecord, wait bool) Delivery {
 		a := &attempt{}
 		tries[peer.ID] = try{q, a}
 		go func() {
-			st := sendPurgeRecord(c, pc, peer.Addr, v.Current.Generation(), r)
+			st := c.sendPurgeRecord(pc, peer.Addr, v.Current.Generation(), r)
 			q.ended(a)
 			if st != fasthttp.StatusOK {
-				p.purgeFailed(peer.ID)
+				c.purgeFailed(peer.ID)
 				q.push(r)
 			}
 			answers <- answer{peer.ID, st} // buffered: never blocks
@@ -335,19 +344,19 @@ func (p *Proxy) deliver(r purgeRecord, wait bool) Delivery {
 	}
 	if len(out.Pending) > 0 {
 		slices.Sort(out.Pending)
-		p.g.purgesPending.Inc()
+		c.purgesPending.Inc()
 	}
 	return out
 }
 
-func (q *peerQueue) push(r purgeRecord) {
+func (q *peerQueue) push(r PurgeRecord) {
 	q.mu.Lock()
 	if len(q.pending) >= peerQueueMax {
 		// Too far behind to replay one by one: one message that drops
 		// everything the peer fetched before now stands for all of them.
 		// It is for that peer only: never logged or relayed there
 		// (peerPurge), or it would empty every cache it reached.
-		q.pending = append(q.pending[:0], newPurge(url.Values{"all": {"1"}, "overflow": {"1"}}))
+		q.pending = append(q.pending[:0], NewPurge(url.Values{"all": {"1"}, "overflow": {"1"}}))
 	}
 	q.pending = append(q.pending, r)
 	q.mu.Unlock()
@@ -358,7 +367,7 @@ func (q *peerQueue) push(r purgeRecord) {
 }
 
 // queueFor returns the peer's queue, starting its sender on first use.
-func (p *Proxy) queueFor(c *cluster, id string) *peerQueue {
+func (c *Node) queueFor(id string) *peerQueue {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if q := c.queues[id]; q != nil {
@@ -366,8 +375,8 @@ func (p *Proxy) queueFor(c *cluster, id string) *peerQueue {
 	}
 	q := &peerQueue{wake: make(chan struct{}, 1)}
 	c.queues[id] = q
-	p.bgWG.Add(1)
-	go p.sendLoop(c, id, q)
+	c.env.WG.Add(1)
+	go c.sendLoop(id, q)
 	return q
 }
 
@@ -381,86 +390,64 @@ func (p *Proxy) queueFor(c *cluster, id string) *peerQueue {
 const purgeGiveUp = 30 * time.Second
 
 // purgeFailed counts one failed delivery attempt to a peer.
-func (p *Proxy) purgeFailed(peer string) {
-	p.g.set.GetOrCreateCounter(`shield_purge_delivery_failures_total{peer="` + peer + `"}`).Inc()
+func (c *Node) purgeFailed(peer string) {
+	c.env.Metrics.GetOrCreateCounter(`shield_purge_delivery_failures_total{peer="` + peer + `"}`).Inc()
 }
 
 // sendLoop delivers a peer's queue in order, retrying with backoff, until
 // the proxy closes or the peer leaves the membership (or, with dynamic
 // membership, takes nothing for purgeGiveUp).
-func (p *Proxy) sendLoop(c *cluster, id string, q *peerQueue) {
-	defer p.bgWG.Done()
+func (c *Node) sendLoop(id string, q *peerQueue) {
+	defer c.env.WG.Done()
 	backoff := purgeRetryMin
 	var failingSince time.Time // first failure of the current streak
 	failures := 0
 	for {
-		q.mu.Lock()
-		var head *purgeRecord
-		if len(q.pending) > 0 {
-			head = &q.pending[0]
-		}
-		q.mu.Unlock()
+		head := q.head()
 		if head == nil {
 			select {
-			case <-p.bgCtx.Done():
+			case <-c.env.Ctx.Done():
 				return
 			case <-q.wake:
 				continue
 			}
 		}
 		v := c.m.View()
-		var addr string
-		for _, peer := range v.Current.Peers() {
-			if peer.ID == id {
-				addr = peer.Addr
-			}
-		}
+		addr := peerAddr(v, id)
 		if addr == "" {
 			// Left the membership: it catches up when it rejoins.
-			c.qmu.Lock()
-			q.mu.Lock()
-			n := len(q.pending)
-			q.pending = nil
-			q.mu.Unlock()
-			delete(c.queues, id)
-			c.qmu.Unlock()
+			n := c.dropQueue(id, q)
 			if failures > 0 {
-				p.logger.Warn("peer left the membership with purges undelivered: it syncs them when it rejoins", "peer", id, "purges", n)
+				c.logger.Warn("peer left the membership with purges undelivered: it syncs them when it rejoins", "peer", id, "purges", n)
 			}
 			return
 		}
 		pc := c.peers.Load().byID[id]
-		if pc != nil && sendPurgeRecord(c, pc, addr, v.Current.Generation(), *head) == fasthttp.StatusOK {
-			q.mu.Lock()
-			q.pending = q.pending[1:]
-			n := len(q.pending)
-			q.mu.Unlock()
+		if pc != nil && c.sendPurgeRecord(pc, addr, v.Current.Generation(), *head) == fasthttp.StatusOK {
+			n := q.pop()
 			if failures > 0 {
-				p.logger.Info("purge delivery to peer resumed", "peer", id, "failed_attempts", failures, "for", time.Since(failingSince).Round(time.Millisecond).String(), "still_queued", n)
+				c.logger.Info("purge delivery to peer resumed", "peer", id, "failed_attempts", failures, "for", time.Since(failingSince).Round(time.Millisecond).String(), "still_queued", n)
 			}
 			backoff, failures = purgeRetryMin, 0
 			continue
 		}
-		p.g.peerPurgeRetries.Inc()
-		p.purgeFailed(id)
+		c.peerPurgeRetries.Inc()
+		c.purgeFailed(id)
 		if failures == 0 {
 			failingSince = time.Now()
-			p.logger.Warn("purge delivery to peer failed: retrying in the background", "peer", id, "queued", q.size())
+			c.logger.Warn("purge delivery to peer failed: retrying in the background", "peer", id, "queued", q.size())
 		}
 		failures++
 		if c.sync != nil && time.Since(failingSince) > purgeGiveUp {
-			q.mu.Lock()
-			n := len(q.pending)
-			q.pending = q.pending[:0]
-			q.mu.Unlock()
-			p.g.purgesDropped.Add(n)
-			p.logger.Warn("peer took no purge for too long: its queue is dropped, its purge sync pulls them from this node's log",
+			n := q.clear()
+			c.purgesDropped.Add(n)
+			c.logger.Warn("peer took no purge for too long: its queue is dropped, its purge sync pulls them from this node's log",
 				"peer", id, "purges", n, "failed_attempts", failures, "for", purgeGiveUp.String())
 			backoff, failures = purgeRetryMin, 0
 			continue
 		}
 		select {
-		case <-p.bgCtx.Done():
+		case <-c.env.Ctx.Done():
 			return
 		case <-time.After(backoff):
 		}
@@ -468,17 +455,68 @@ func (p *Proxy) sendLoop(c *cluster, id string, q *peerQueue) {
 	}
 }
 
+// head is the purge to deliver next (nil: none).
+func (q *peerQueue) head() *PurgeRecord {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.pending) > 0 {
+		return &q.pending[0]
+	}
+	return nil
+}
+
+// pop drops the delivered head; it returns how many purges still wait.
+func (q *peerQueue) pop() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.pending = q.pending[1:]
+	return len(q.pending)
+}
+
+// clear drops every waiting purge and returns how many there were.
+func (q *peerQueue) clear() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.pending)
+	q.pending = q.pending[:0]
+	return n
+}
+
+// dropQueue forgets the queue of a peer that left the membership and
+// returns how many purges it held.
+func (c *Node) dropQueue(id string, q *peerQueue) int {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	q.mu.Lock()
+	n := len(q.pending)
+	q.pending = nil
+	q.mu.Unlock()
+	delete(c.queues, id)
+	return n
+}
+
+// peerAddr is the address of peer id in v's current peer set ("": none).
+func peerAddr(v *routing.View, id string) string {
+	var addr string
+	for _, peer := range v.Current.Peers() {
+		if peer.ID == id {
+			addr = peer.Addr
+		}
+	}
+	return addr
+}
+
 // sendPurgeRecord delivers one purge to a peer; it returns the peer's
 // status, or 0 when the peer could not be reached.
-func sendPurgeRecord(c *cluster, pc *peerClient, addr string, gen uint64, r purgeRecord) int {
+func (c *Node) sendPurgeRecord(pc *Peer, addr string, gen uint64, r PurgeRecord) int {
 	args, _ := url.ParseQuery(r.Args)
 	args.Set("_id", strconv.FormatUint(r.ID, 10))
 	args.Set("_at", strconv.FormatInt(r.At, 10))
-	return sendPurge(c, pc, addr, gen, args)
+	return c.sendPurge(pc, addr, gen, args)
 }
 
 // peerPurge serves a delivered purge on the peer listener.
-func (p *Proxy) peerPurge(ctx *fasthttp.RequestCtx) {
+func (c *Node) peerPurge(ctx *fasthttp.RequestCtx) {
 	args, _ := url.ParseQuery(string(ctx.QueryArgs().QueryString()))
 	id, err1 := strconv.ParseUint(args.Get("_id"), 10, 64)
 	at, err2 := strconv.ParseInt(args.Get("_at"), 10, 64)
@@ -487,20 +525,20 @@ func (p *Proxy) peerPurge(ctx *fasthttp.RequestCtx) {
 	var res PurgeResult
 	var err error
 	applied := false
-	rec := purgeRecord{ID: id, At: at, Args: args.Encode()}
+	rec := PurgeRecord{ID: id, At: at, Args: args.Encode()}
 	switch {
 	case err1 != nil || err2 != nil || id == 0:
-		res, err = p.Purge(args) // an older node: no id, apply as is
+		res, err = c.local.Purge(args) // an older node: no id, apply as is
 	case args.Get("overflow") == "1":
-		res, err = p.Purge(args) // the sender's queue for us overflowed: ours alone
+		res, err = c.local.Purge(args) // the sender's queue for us overflowed: ours alone
 	default:
-		res, applied, err = p.applyPurge(rec)
+		res, applied, err = c.local.ApplyPurge(rec)
 	}
 	if err != nil {
 		writeJSON(ctx, fasthttp.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	if c := p.cluster.Load(); applied && c != nil {
+	if applied {
 		// The sender delivered to the peers of its view. When ours is
 		// another (membership in flux), pass the purge on before
 		// acknowledging it, so that every node either of us knows has it
@@ -508,21 +546,21 @@ func (p *Proxy) peerPurge(ctx *fasthttp.RequestCtx) {
 		// acknowledges at once, so relays end.
 		gen, _ := strconv.ParseUint(string(ctx.Request.Header.PeekBytes(hShieldGeneration)), 10, 64)
 		if gen != c.m.View().Current.Generation() {
-			p.deliver(rec, true)
+			c.Deliver(rec, true)
 		}
 	}
-	p.events.add("purge", res.Kind+" "+res.Target+" (from a peer)")
+	c.local.Event("purge", res.Kind+" "+res.Target+" (from a peer)")
 	writeJSON(ctx, fasthttp.StatusOK, res)
 }
 
 // servePurgeLog answers a catching-up peer: the purges since ?since=.
-func (p *Proxy) servePurgeLog(ctx *fasthttp.RequestCtx) {
+func (c *Node) servePurgeLog(ctx *fasthttp.RequestCtx) {
 	since, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("since")), 10, 64)
 	if err != nil {
 		ctx.Error("since must be unix nanoseconds\n", fasthttp.StatusBadRequest)
 		return
 	}
-	recs, complete := p.plog.after(since)
+	recs, complete := c.plog.after(since)
 	writeJSON(ctx, fasthttp.StatusOK, map[string]any{"complete": complete, "records": recs})
 }
 
@@ -530,10 +568,10 @@ func (p *Proxy) servePurgeLog(ctx *fasthttp.RequestCtx) {
 // the purges this node missed from a peer and applies them, then lets
 // the snapshot's entries be served. Until then (and for good, when no
 // peer could give a complete log) they are treated as invalidated.
-func (p *Proxy) catchUp(c *cluster, savedAt int64, release func()) {
-	defer p.bgWG.Done()
+func (c *Node) catchUp(savedAt int64, release func()) {
+	defer c.env.WG.Done()
 	deadline := time.Now().Add(catchUpWindow)
-	for time.Now().Before(deadline) && p.bgCtx.Err() == nil {
+	for time.Now().Before(deadline) && c.env.Ctx.Err() == nil {
 		v := c.m.View()
 		self := c.m.Self().ID
 		for _, peer := range v.Current.Peers() {
@@ -544,34 +582,34 @@ func (p *Proxy) catchUp(c *cluster, savedAt int64, release func()) {
 			if pc == nil {
 				continue
 			}
-			recs, complete, err := fetchPurgeLog(c, pc, peer.Addr, v.Current.Generation(), savedAt)
+			recs, complete, err := c.fetchPurgeLog(pc, peer.Addr, v.Current.Generation(), savedAt)
 			if err != nil || !complete {
 				continue
 			}
 			for _, r := range recs {
-				if _, _, err := p.applyPurge(r); err != nil {
-					p.logger.Warn("replayed purge refused", "args", r.Args, "err", err)
+				if _, _, err := c.local.ApplyPurge(r); err != nil {
+					c.logger.Warn("replayed purge refused", "args", r.Args, "err", err)
 				}
 			}
 			release()
-			p.logger.Info("caught up on purges before serving the snapshot", "peer", peer.ID, "purges", len(recs))
+			c.logger.Info("caught up on purges before serving the snapshot", "peer", peer.ID, "purges", len(recs))
 			return
 		}
 		select {
-		case <-p.bgCtx.Done():
+		case <-c.env.Ctx.Done():
 			return
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	p.logger.Warn("no peer could tell which purges were missed: snapshot entries are not served", "waited", catchUpWindow.String())
+	c.logger.Warn("no peer could tell which purges were missed: snapshot entries are not served", "waited", catchUpWindow.String())
 }
 
-func fetchPurgeLog(c *cluster, pc *peerClient, addr string, gen uint64, since int64) ([]purgeRecord, bool, error) {
+func (c *Node) fetchPurgeLog(pc *Peer, addr string, gen uint64, since int64) ([]PurgeRecord, bool, error) {
 	var out struct {
 		Complete bool          `json:"complete"`
-		Records  []purgeRecord `json:"records"`
+		Records  []PurgeRecord `json:"records"`
 	}
-	status, err := getPurgeLog(c, pc, addr, gen, "since="+strconv.FormatInt(since, 10), &out)
+	status, err := c.getPurgeLog(pc, addr, gen, "since="+strconv.FormatInt(since, 10), &out)
 	if err == nil && status != fasthttp.StatusOK {
 		err = errors.New("purge log: status " + strconv.Itoa(status))
 	}
@@ -580,13 +618,13 @@ func fetchPurgeLog(c *cluster, pc *peerClient, addr string, gen uint64, since in
 
 // getPurgeLog asks a peer for its purge log (query: its parameters) and
 // decodes a 200 answer into out; other statuses are the caller's to read.
-func getPurgeLog(c *cluster, pc *peerClient, addr string, gen uint64, query string, out any) (status int, err error) {
+func (c *Node) getPurgeLog(pc *Peer, addr string, gen uint64, query string, out any) (status int, err error) {
 	req := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(purgeLogPath + "?" + query)
-	setPeerHead(&req.Header, c, addr, gen)
+	c.setPeerHead(&req.Header, addr, gen)
 	if err := pc.hc.DoTimeout(req, resp, purgeSendLimit); err != nil {
 		return 0, err
 	}
@@ -597,4 +635,11 @@ func getPurgeLog(c *cluster, pc *peerClient, addr string, gen uint64, query stri
 		return resp.StatusCode(), fmt.Errorf("purge log: %w", err)
 	}
 	return resp.StatusCode(), nil
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, _ := json.Marshal(v)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(append(b, '\n'))
 }

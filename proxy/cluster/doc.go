@@ -1,0 +1,56 @@
+// Package cluster is shield's cluster room (docs/architecture.md §2,
+// docs/architecture.md §8, docs/architecture.md §9): the peer set's clients, forwarding a request to its key's owner,
+// the peer listener's protocol (secret, address and generation checks),
+// purge delivery to every node with its log, queues, catch-up and sync,
+// the stall watchdog, the usage exchange for fleet-wide tenant limits,
+// hot keys and the hand-off of a leaving node's hottest entries.
+//
+// It knows nothing of the cache: it reaches the node it serves through
+// Local, which package proxy implements. Cache entries cross Local as
+// their stored bytes (HandoffEntry, TakeHandoff), forwarded requests are
+// served by Local.ServePeer, and purges are applied by Local.Purge and
+// Local.ApplyPurge; the purge log itself (PurgeLog) is the cluster's. It
+// may import proxy/httpx, the project's non-proxy packages and fasthttp,
+// never proxy, proxy/cache or proxy/upstream (internal/importrules
+// enforces it).
+//
+// The Local contract: every method may be called from any goroutine, at
+// any time after New (the first view's callback runs inside New);
+// ServePeer writes the whole answer into its RequestCtx and keeps nothing
+// of it; HandoffEntry returns bytes the cluster may send (it does not
+// modify them); TakeHandoff validates the entry (it must decode and
+// belong to exactly that key) and stores it only when the key has no
+// entry yet; ApplyPurge records the purge in the purge log given in Env
+// before applying it, so a purge is applied at most once per node.
+//
+// Files (internal/doccheck checks that the list names every non-test file
+// of the directory and nothing else):
+//
+//	cluster.go    Node, New, Options, Env, Local; peer clients, the peer
+//	              listener's handler, peer TLS reloads (PreparePeerTLS)
+//	forward.go    forwarding to the key's owner (Begin, SetForwardHead, Do),
+//	              relaying its head, previous-owner read-through
+//	peerskip.go   per-peer breakers on the forwarded path (atomics, no allocation)
+//	purgelog.go   purge delivery: the purge log, retried queues to every
+//	              peer, catch-up of a node started from a snapshot
+//	purgesync.go  purge sync between nodes that learn of each other late
+//	              (Consul), the stall watchdog
+//	usage.go      usage exchange between nodes for fleet-wide tenant limits
+//	failmode.go   the fleet limiter's fail mode while a member is not heard from
+//	hot.go        sampled hot-key table (near copies, hand-off)
+//	handoff.go    pushing hot entries to new owners on a graceful leave
+//	status.go     the status page's cluster part
+//
+// Invariants:
+//
+//   - A forwarded hit allocates nothing here: Begin, SetForwardHead, Do
+//     and RelayPeerHead use pooled requests and caller-owned buffers.
+//   - Every failure of the cluster machinery — owner down, slow, refusing,
+//     a generation mismatch — makes the caller serve the request locally,
+//     never a wrong or foreign answer.
+//   - A purge reaches every node that may hold a copy: delivered at once
+//     or through a retried per-peer queue, and pulled by the purge sync
+//     (dynamic membership) or the catch-up (snapshot) otherwise; a node
+//     that cannot tell which purges it missed serves nothing it fetched
+//     before (Local.InvalidateAll, the gate).
+package cluster

@@ -1,0 +1,208 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/admission"
+	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cluster"
+	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/routing"
+)
+
+// The cluster (proxy/cluster) reaches this node through cluster.Local,
+// implemented here by peerLocal; the proxy reaches the cluster through
+// p.cluster (nil on a single node).
+
+// peerLocal is the proxy as the cluster sees it (cluster.Local): its
+// methods are the proxy's, kept off the proxy's exported API.
+type peerLocal struct{ p *Proxy }
+
+// ClusterOptions are the cluster settings the proxy uses.
+type ClusterOptions = cluster.Options
+
+// Delivery is what a purge's answer says of its peers (cluster.Delivery).
+type Delivery = cluster.Delivery
+
+// PurgeResult is what one purge did on this node.
+type PurgeResult = cluster.PurgeResult
+
+// Peer protocol header fields the request path reads.
+var (
+	hShieldTenant      = cluster.HTenant
+	hShieldClientIP    = cluster.HClientIP
+	hShieldForwarded   = cluster.HForwarded
+	hShieldReadThrough = cluster.HReadThrough
+	valueOne           = []byte("1")
+)
+
+// isShieldHeader reports the peer protocol fields: never forwarded to an
+// origin, never accepted from the public.
+func isShieldHeader(name []byte) bool { return cluster.IsShieldHeader(name) }
+
+// SetCluster joins the proxy to a cluster: requests whose key another
+// node owns are forwarded to it. src is refreshed after a 421 or a peer
+// failure. Call before serving.
+func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts ClusterOptions) {
+	env := cluster.Env{
+		Log:     p.plog,
+		Metrics: p.g.set,
+		Logger:  p.logger,
+		Ctx:     p.bgCtx,
+		WG:      &p.bgWG,
+		Gate:    &p.cache.Invalidations().Gated,
+		Lease:   &p.cache.Invalidations().Lease,
+	}
+	if p.hold != nil {
+		env.Release, env.HoldSince = p.releaseSnapshot, p.hold.since
+	}
+	p.cluster.Store(cluster.New(m, src, peerLocal{p}, opts, env))
+}
+
+// PeerHandler serves the peer listener: requests forwarded by other
+// nodes, purges, purge logs, usage reports and hand-offs (cluster.Node's
+// PeerHandler); 404 when the proxy is not in a cluster.
+func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		defer httpx.EnsureDate(&ctx.Response)
+		c := p.cluster.Load()
+		if c == nil {
+			ctx.SetStatusCode(fasthttp.StatusNotFound)
+			return
+		}
+		c.PeerHandler(ctx)
+	}
+}
+
+// PreparePeerTLS reads a reload's cluster.tls for a node whose peers
+// already talk TLS (cluster.Node.PreparePeerTLS); nothing to install
+// when the proxy is not in a cluster.
+func (p *Proxy) PreparePeerTLS(t *config.PeerTLS) (install func(), err error) {
+	c := p.cluster.Load()
+	if c == nil {
+		return nil, nil
+	}
+	return c.PreparePeerTLS(t)
+}
+
+// forwardToOwner sends the request to the key's owner and relays its
+// answer. ok is false when the owner could not answer; the caller then
+// serves the request locally.
+func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *routing.View, owner *routing.Peer, rt *runtimeConfig, rte *route, sc *scratch) (result, bool) {
+	fw, ok := c.Begin(owner.ID, ctx.Time().UnixNano())
+	if !ok {
+		return 0, false
+	}
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	src := &ctx.Request
+	req.Header.SetMethodBytes(src.Header.Method())
+	req.SetRequestURIBytes(src.Header.RequestURI())
+	conn := src.Header.PeekBytes(httpx.HConnection)
+	for k, val := range src.Header.All() {
+		if httpx.IsHopByHop(k, conn) || isShieldHeader(k) || httpx.IsForwardedHeader(k) || bytes.EqualFold(k, httpx.HContentLength) {
+			continue
+		}
+		req.Header.AddBytesKV(k, val)
+	}
+	rte.forwardCoding(&req.Header, sc.coding)
+	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
+	c.SetForwardHead(&req.Header, v.Current.Generation(), sc.tid, sc.tmp)
+	setForwarded(&req.Header, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
+	req.Header.SetBytesKV(hShieldForwarded, valueOne)
+	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
+	reqTime := time.Now()
+	resp, ok := c.Do(ctx, fw, req, rte.origin.MaxHints())
+	if !ok {
+		return 0, false
+	}
+	if hot := c.Options().HotKeyRate; sc.hotRate > 0 && hot > 0 && sc.hotRate >= hot && resp.StatusCode() == fasthttp.StatusOK {
+		if p.keepNearCopy(ctx, c, rt, rte, sc, req, resp, seq, reqTime) {
+			return resPeer, true
+		}
+	}
+	out := &ctx.Response
+	sc.tmp = cluster.RelayPeerHead(out, resp, fw.Owner(), sc.tmp)
+	// Hand the body buffer over instead of copying it.
+	old := out.SwapBody(resp.SwapBody(nil))
+	resp.SwapBody(old)
+	fasthttp.ReleaseResponse(resp)
+	return resPeer, true
+}
+
+// invalidateEverywhere delivers the URL invalidation of a successful
+// unsafe request to every peer (cluster.Node.InvalidateEverywhere).
+func (p *Proxy) invalidateEverywhere(rawURL string, tid []byte) {
+	if c := p.cluster.Load(); c != nil {
+		c.InvalidateEverywhere(rawURL, tid)
+	}
+}
+
+// deliver sends a purge applied here to every other current peer
+// (cluster.Node.Deliver); nothing to do on a single node.
+func (p *Proxy) deliver(r cluster.PurgeRecord, wait bool) Delivery {
+	c := p.cluster.Load()
+	if c == nil {
+		return Delivery{Peers: map[string]int{}, Pending: []string{}}
+	}
+	return c.Deliver(r, wait)
+}
+
+// newPurge makes a record for args, applied here first.
+func newPurge(args url.Values) cluster.PurgeRecord { return cluster.NewPurge(args) }
+
+// ServePeer serves a request another node forwarded, as the key's
+// owner (cluster.Local).
+func (l peerLocal) ServePeer(ctx *fasthttp.RequestCtx) { l.p.serveRequest(ctx, true) }
+
+// ApplyPurge applies a purge record once (by id) and logs it; applied
+// is false when it had been applied already (cluster.Local).
+func (l peerLocal) ApplyPurge(r cluster.PurgeRecord) (res PurgeResult, applied bool, err error) {
+	return l.p.applyPurge(r)
+}
+
+// applyPurge applies a purge record once (by id) and logs it; false when
+// it had been applied already.
+func (p *Proxy) applyPurge(r cluster.PurgeRecord) (PurgeResult, bool, error) {
+	args, err := url.ParseQuery(r.Args)
+	if err != nil {
+		return PurgeResult{}, false, fmt.Errorf("%w: %v", errPurge, err)
+	}
+	if !p.plog.Add(r) {
+		return PurgeResult{}, false, nil
+	}
+	res, err := p.Purge(args)
+	return res, true, err
+}
+
+// InvalidateAll drops everything fetched before now (cluster.Local).
+func (l peerLocal) InvalidateAll() { l.p.cache.Invalidations().InvalidateAll() }
+
+// Tenants is the tenant table in force, nil without admission control
+// (cluster.Local).
+func (l peerLocal) Tenants() *admission.Tenants {
+	rt := l.p.rt.Load()
+	if rt == nil {
+		return nil
+	}
+	return rt.tenants
+}
+
+// SetPeers tells the tenant limits how many nodes share them
+// (cluster.Local).
+func (l peerLocal) SetPeers(n int, now time.Time) {
+	if l.p.tenants != nil {
+		l.p.tenants.SetPeers(n, now)
+	}
+}
+
+// Event records an event for the status page (cluster.Local).
+func (l peerLocal) Event(kind, detail string) { l.p.events.add(kind, detail) }
+
+// Purge applies a purge's arguments here, unlogged (cluster.Local).
+func (l peerLocal) Purge(args url.Values) (PurgeResult, error) { return l.p.Purge(args) }
