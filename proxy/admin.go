@@ -130,10 +130,10 @@ func (p *Proxy) Reload() error {
 	}
 	if err := (*f)(); err != nil {
 		p.g.reloadFails.Inc()
-		p.events.add("reload-failed", err.Error())
+		p.info.events.add("reload-failed", err.Error())
 		return err
 	}
 	p.g.reloads.Inc()
-	p.events.add("reload", "configuration applied")
+	p.info.events.add("reload", "configuration applied")
 	return nil
 }

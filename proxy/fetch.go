@@ -492,12 +492,12 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 	buildUpstream(req, ctx, rte, true, sc.fromPeer, rt.trusts(ctx), se)
 	primary, flightKey, urlDigest := bytes.Clone(sc.key), bytes.Clone(key), sc.urlDigest()
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
-	p.bgWG.Add(1)
+	p.bg.wg.Add(1)
 	go func() {
-		defer p.bgWG.Done()
+		defer p.bg.wg.Done()
 		defer fasthttp.ReleaseRequest(req)
 		defer p.fl.finish(f)
-		if p.bgCtx.Err() != nil {
+		if p.bg.ctx.Err() != nil {
 			return
 		}
 		a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, req: req, stale: se, primary: primary, flightKey: flightKey, urlDigest: urlDigest, hasAuth: hasAuth})

@@ -53,8 +53,8 @@ func (p *Proxy) SetCluster(m *routing.Membership, src routing.Source, opts Clust
 		Log:     p.plog,
 		Metrics: p.g.set,
 		Logger:  p.logger,
-		Ctx:     p.bgCtx,
-		WG:      &p.bgWG,
+		Ctx:     p.bg.ctx,
+		WG:      &p.bg.wg,
 		Gate:    &p.cache.Invalidations().Gated,
 		Lease:   &p.cache.Invalidations().Lease,
 	}
@@ -196,13 +196,13 @@ func (l peerLocal) Tenants() *admission.Tenants {
 // SetPeers tells the tenant limits how many nodes share them
 // (cluster.Local).
 func (l peerLocal) SetPeers(n int, now time.Time) {
-	if l.p.tenants != nil {
-		l.p.tenants.SetPeers(n, now)
+	if l.p.kept.tenants != nil {
+		l.p.kept.tenants.SetPeers(n, now)
 	}
 }
 
 // Event records an event for the status page (cluster.Local).
-func (l peerLocal) Event(kind, detail string) { l.p.events.add(kind, detail) }
+func (l peerLocal) Event(kind, detail string) { l.p.info.events.add(kind, detail) }
 
 // Purge applies a purge's arguments here, unlogged (cluster.Local).
 func (l peerLocal) Purge(args url.Values) (PurgeResult, error) { return l.p.Purge(args) }

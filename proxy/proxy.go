@@ -54,27 +54,43 @@ type Proxy struct {
 	hold *snapshotHold
 	// top tracks this node's hottest keys (sampled; see topk).
 	top *topk.Sketch
-	// events keeps the last purges and reloads for the status page.
-	events eventLog
-	// started, nodeName and version head the status page.
-	started           time.Time
-	nodeName, version string // guarded by mu
+	// info heads the status page and keeps its event log.
+	info statusInfo
 	// reload re-reads the configuration file (set by main).
 	reload atomic.Pointer[func() error]
 
-	// bg bounds work that outlives a request (background refreshes):
-	// cancelled by Close, which then waits for bgWG.
-	bgCtx    context.Context
-	bgCancel context.CancelFunc
-	bgWG     sync.WaitGroup
-
+	// bg bounds work that outlives a request (background refreshes).
+	bg background
 	// origins are the origins with the state reloads keep for them.
 	origins *upstream.Registry
 
-	// mu serialises Apply and guards the state reloads keep.
-	mu           sync.Mutex
-	routeMetrics map[string]*routeMetrics // by route name; guarded by mu
-	tenants      *admission.Tenants       // guarded by mu; nil until a config has tenants:
+	// mu serialises Apply and guards kept and info's names.
+	mu   sync.Mutex
+	kept reloadKept
+}
+
+// statusInfo is what heads the admin status page, and its event log.
+type statusInfo struct {
+	// events keeps the last purges and reloads.
+	events eventLog
+	// started, nodeName and version head the page.
+	started           time.Time
+	nodeName, version string // guarded by Proxy.mu
+}
+
+// background bounds work that outlives a request (background refreshes,
+// the cluster's loops): ctx is cancelled by Close, which then waits for wg.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// reloadKept is the request-path state a reload keeps (guarded by
+// Proxy.mu; the origins' state is the upstream registry's).
+type reloadKept struct {
+	routeMetrics map[string]*routeMetrics // by route name
+	tenants      *admission.Tenants       // nil until a config has tenants:
 }
 
 // runtimeConfig is one configuration compiled for the request path. It
@@ -158,10 +174,10 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Proxy{
-		logger:       logger.With("component", "proxy"),
-		routeMetrics: make(map[string]*routeMetrics),
-		top:          topk.New(0, 0, 0),
-		started:      time.Now(),
+		logger: logger.With("component", "proxy"),
+		kept:   reloadKept{routeMetrics: make(map[string]*routeMetrics)},
+		top:    topk.New(0, 0, 0),
+		info:   statusInfo{started: time.Now()},
 	}
 	p.heads = new(heads)
 	p.cache = cache.Open(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
@@ -170,9 +186,9 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	p.g = newGlobalMetrics(p.cache.Fastcache())
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.g.set.RegisterMetricsWriter(p.writeTopKeyMetrics)
-	p.bgCtx, p.bgCancel = context.WithCancel(context.Background())
+	p.bg.ctx, p.bg.cancel = context.WithCancel(context.Background())
 	// The origins' health checks stop with the background work.
-	p.origins = upstream.NewRegistry(p.bgCtx, p.g.set, p.logger)
+	p.origins = upstream.NewRegistry(p.bg.ctx, p.g.set, p.logger)
 	if err := p.Apply(cfg); err != nil {
 		return nil, err
 	}
@@ -256,10 +272,10 @@ func (p *Proxy) compileRoute(rc *config.Route, o *upstream.Origin, maxObject int
 	if o == nil {
 		return nil, fmt.Errorf("proxy: route %q: unknown origin %q", rc.Name, rc.Origin)
 	}
-	m := p.routeMetrics[rc.Name]
+	m := p.kept.routeMetrics[rc.Name]
 	if m == nil {
 		m = newRouteMetrics(p.g.set, rc.Name)
-		p.routeMetrics[rc.Name] = m
+		p.kept.routeMetrics[rc.Name] = m
 	}
 	r := &route{
 		name:     rc.Name,
@@ -341,16 +357,16 @@ func (p *Proxy) compileTenants(rt *runtimeConfig, cfg *config.Config, now time.T
 	for name, l := range tc.Classes {
 		ac.Classes[name] = tenantLimits(l)
 	}
-	if p.tenants == nil {
+	if p.kept.tenants == nil {
 		ts, err := admission.NewTenants(ac, 1)
 		if err != nil {
 			return fmt.Errorf("proxy: tenants: %w", err)
 		}
-		p.tenants = ts
-	} else if err := p.tenants.Update(ac, now); err != nil {
+		p.kept.tenants = ts
+	} else if err := p.kept.tenants.Update(ac, now); err != nil {
 		return fmt.Errorf("proxy: tenants: %w", err)
 	}
-	rt.tenants = p.tenants
+	rt.tenants = p.kept.tenants
 	switch id := tc.Identify; {
 	case id.Header != "":
 		rt.idHeader = []byte(id.Header)
@@ -375,8 +391,8 @@ func (p *Proxy) writeStateMetrics(w io.Writer) {
 	p.origins.WriteMetrics(w)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tenants != nil {
-		for _, ts := range p.tenants.Stats() {
+	if p.kept.tenants != nil {
+		for _, ts := range p.kept.tenants.Stats() {
 			l := `{tenant="` + ts.Name + `"}`
 			metrics.WriteCounterUint64(w, `shield_admission_admitted_total`+l, ts.Admitted)
 			metrics.WriteGaugeUint64(w, `shield_tenant_in_flight`+l, uint64(ts.InFlight))
@@ -400,8 +416,8 @@ func (p *Proxy) SetReady(v bool) { p.ready.Store(v) }
 // Close stops background refreshes, waits for them, and saves the cache
 // snapshot when cache.path is set. Call it after the listeners drained.
 func (p *Proxy) Close() error {
-	p.bgCancel()
-	p.bgWG.Wait()
+	p.bg.cancel()
+	p.bg.wg.Wait()
 	path := p.cache.Path()
 	if path == "" {
 		return nil

@@ -174,7 +174,7 @@ func (p *Proxy) adminPurge(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	p.g.purges.Inc()
-	p.events.add("purge", res.Kind+" "+res.Target)
+	p.info.events.add("purge", res.Kind+" "+res.Target)
 	d := p.deliver(rec, true)
 	if len(d.Pending) > 0 {
 		p.logger.Info("purge answered before every peer had it: delivering in the background", "purge", res.Kind+" "+res.Target, "pending", d.Pending)

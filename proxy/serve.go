@@ -217,20 +217,12 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
 	sc.checked = readThrough
 
-	// Step 4: the key's owner serves it. A forwarded request is always
-	// served where it lands, so a request crosses at most one hop.
+	// Step 4: the key's owner serves it.
 	var forwardTo *routing.Peer
 	var v *routing.View
 	c := p.cluster.Load()
 	if c != nil && !readThrough {
-		v = c.View()
-		digest := cachekey.Digest(sc.key)
-		rate := c.Touch(sc.key, digest, now)
-		if owner, self := v.Current.Owner(digest); !self && !fromPeer {
-			forwardTo, sc.hotRate, sc.ownerID = owner, rate, owner.ID
-		} else {
-			sc.prevOwner = c.ReadThroughPeer(v, digest, now)
-		}
+		v, forwardTo = p.owner(c, sc, fromPeer, now)
 	}
 
 	// Look up into the response's own body buffer: on a hit it goes back
@@ -245,25 +237,59 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.Kind == cache.KindNearCopy, now, ctx.Host(), ctx.RequestURI())
 	}
 	if forwardTo != nil {
-		// A fresh local copy (a near copy of a hot key) answers without
-		// the hop; anything else goes to the owner.
-		if lk == lkHit && e.Kind == cache.KindNearCopy {
-			age := e.Age(now)
-			if stale.Classify(age, time.Duration(e.Lifetime), 0, 0, &sc.cc) == stale.Fresh {
-				c.NearCopyHit()
-				p.serveHit(ctx, sc, &e, b, age, csHitTTL)
-				return resHit
-			}
-		}
-		ctx.Response.SwapBody(b[:0])
-		if res, ok := p.forwardToOwner(ctx, c, v, forwardTo, rt, rte, sc); ok {
+		var res result
+		var done bool
+		if res, done, b, lk = p.viaOwner(ctx, c, v, forwardTo, rt, rte, sc, &e, b, lk, now); done {
 			return res
 		}
-		// The owner could not answer: serve it here, as a local miss.
-		ctx.Response.Reset()
-		b = ctx.Response.SwapBody(nil)
-		b, lk = p.lookupCoded(b, ctx, sc, rte, &e)
 	}
+	return p.serveLookup(ctx, rt, rte, sc, &e, b, lk, now, readThrough)
+}
+
+// owner finds the key's owner (step 4) and returns it as forwardTo when
+// it is another node. A forwarded request is always served where it
+// lands, so a request crosses at most one hop: forwardTo is nil for it,
+// and sc.prevOwner names the previous owner inside an overlap window.
+func (p *Proxy) owner(c *cluster.Node, sc *scratch, fromPeer bool, now time.Time) (v *routing.View, forwardTo *routing.Peer) {
+	v = c.View()
+	digest := cachekey.Digest(sc.key)
+	rate := c.Touch(sc.key, digest, now)
+	if owner, self := v.Current.Owner(digest); !self && !fromPeer {
+		sc.hotRate, sc.ownerID = rate, owner.ID
+		return v, owner
+	}
+	sc.prevOwner = c.ReadThroughPeer(v, digest, now)
+	return v, nil
+}
+
+// viaOwner answers a request whose key another node owns: from a fresh
+// local copy (a near copy of a hot key) without the hop, else from the
+// owner. When the owner could not answer, done is false and b, lk are the
+// local lookup again, to be served here as a local miss.
+func (p *Proxy) viaOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *routing.View, owner *routing.Peer, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte, lk lookupResult, now time.Time) (res result, done bool, _ []byte, _ lookupResult) {
+	if lk == lkHit && e.Kind == cache.KindNearCopy {
+		age := e.Age(now)
+		if stale.Classify(age, time.Duration(e.Lifetime), 0, 0, &sc.cc) == stale.Fresh {
+			c.NearCopyHit()
+			p.serveHit(ctx, sc, e, b, age, csHitTTL)
+			return resHit, true, b, lk
+		}
+	}
+	ctx.Response.SwapBody(b[:0])
+	if res, ok := p.forwardToOwner(ctx, c, v, owner, rt, rte, sc); ok {
+		return res, true, nil, lk
+	}
+	ctx.Response.Reset()
+	b = ctx.Response.SwapBody(nil)
+	b, lk = p.lookupCoded(b, ctx, sc, rte, e)
+	return 0, false, b, lk
+}
+
+// serveLookup answers from what the lookup found (b, lk, e read into the
+// response's body buffer): a fresh hit, a stale one inside
+// stale-while-revalidate, or a miss, a revalidation or a bypass fetch.
+// A read-through from a new owner is answered only from a fresh entry.
+func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte, lk lookupResult, now time.Time, readThrough bool) result {
 	if readThrough && lk != lkHit {
 		ctx.Response.SwapBody(b[:0])
 		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", cacheStatus{fwd: "miss", detail: "only-if-cached"})
@@ -276,9 +302,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		switch {
 		case st == stale.Fresh:
 			if rte.eagerRefresh > 0 && !readThrough {
-				p.eagerRefresh(ctx, rt, rte, sc, &e, b, age)
+				p.eagerRefresh(ctx, rt, rte, sc, e, b, age)
 			}
-			p.serveHit(ctx, sc, &e, b, age, csHitTTL)
+			p.serveHit(ctx, sc, e, b, age, csHitTTL)
 			return resHit
 		case readThrough:
 			ctx.Response.SwapBody(b[:0])
@@ -287,7 +313,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		case st == stale.StaleRevalidate:
 			// Serve the stale copy now; one background refresh per key.
 			p.refreshInBackground(ctx, rt, rte, sc, bytes.Clone(b))
-			p.serveHit(ctx, sc, &e, b, age, csStaleSWR)
+			p.serveHit(ctx, sc, e, b, age, csStaleSWR)
 			rte.m.stale[staleSWR].Inc()
 			return resStale
 		}
@@ -302,9 +328,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.miss(ctx, rt, rte, sc, staleCopy, fwd)
 	case lkHitForMiss:
 		ctx.Response.SwapBody(b[:0])
-		if len(h.PeekCanonical(hRange)) > 0 {
+		if len(ctx.Request.Header.PeekCanonical(hRange)) > 0 {
 			// Unstorable or too large: the origin answers the range.
-			return p.bypass(ctx, rte, t, fromPeer, "uncacheable")
+			return p.bypass(ctx, rte, sc.tenant, sc.fromPeer, "uncacheable")
 		}
 		return p.fetch(ctx, rt, rte, sc, nil, nil, "bypass")
 	case lkVaryMiss:

@@ -51,7 +51,7 @@ func (l *eventLog) recent() []statuspage.Event {
 // else the host name) and gives the build version.
 func (p *Proxy) SetNodeInfo(node, version string) {
 	p.mu.Lock()
-	p.nodeName, p.version = node, version
+	p.info.nodeName, p.info.version = node, version
 	p.mu.Unlock()
 }
 
@@ -61,7 +61,7 @@ func (p *Proxy) ServerHealth() map[string][]originpool.Status { return p.origins
 
 // Status gathers the status page's data at now.
 func (p *Proxy) Status(now time.Time) *statuspage.Status {
-	s := &statuspage.Status{Time: now, Uptime: now.Sub(p.started)}
+	s := &statuspage.Status{Time: now, Uptime: now.Sub(p.info.started)}
 	var st fastcache.Stats
 	p.cache.Fastcache().UpdateStats(&st)
 	s.Cache = statuspage.Cache{Entries: st.EntriesCount, Bytes: st.BytesSize, MaxBytes: st.MaxBytesSize}
@@ -74,16 +74,16 @@ func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	}
 	s.Origins = p.origins.Status(now)
 	p.mu.Lock()
-	s.Node, s.Version = p.nodeName, p.version
-	if p.tenants != nil {
-		s.Tenants = tenantStatus(p.tenants.Stats())
+	s.Node, s.Version = p.info.nodeName, p.info.version
+	if p.kept.tenants != nil {
+		s.Tenants = tenantStatus(p.kept.tenants.Stats())
 	}
 	p.mu.Unlock()
 	s.Keys = statuspage.Keys{Window: topk.DefaultWindow.String(), Sample: topk.DefaultSample}
 	for _, e := range p.top.Top(20, now) {
 		s.Keys.Top = append(s.Keys.Top, statuspage.Key{Key: e.Key, Requests: e.Count, Hits: e.Hits, Error: e.Error, NearCopy: e.Flag})
 	}
-	s.Events = p.events.recent()
+	s.Events = p.info.events.recent()
 	if s.Node == "" && s.Cluster != nil {
 		for _, peer := range s.Cluster.Peers {
 			if peer.Self {

@@ -33,7 +33,7 @@ func TestStatusPage(t *testing.T) {
 		}
 		serve(p, get(t, path))
 	}
-	p.events.add("purge", "url http://x/hot")
+	p.info.events.add("purge", "url http://x/hot")
 
 	ctx := adminGet(p, "/status.json")
 	if ctx.Response.StatusCode() != 200 || !strings.HasPrefix(string(ctx.Response.Header.ContentType()), "application/json") {
