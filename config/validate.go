@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -90,8 +91,23 @@ func (d *decoder) validateCache(c *Cache) {
 	switch {
 	case c.MaxObjectSize <= 0:
 		d.problem("cache.max_object_size", "must be positive, got %v", c.MaxObjectSize)
-	case c.Size >= minCacheSize && c.MaxObjectSize > c.Size/8:
+	case c.Disk == nil && c.Size >= minCacheSize && c.MaxObjectSize > c.Size/8:
 		d.problem("cache.max_object_size", "must be at most cache.size/8 = %v, got %v", c.Size/8, c.MaxObjectSize)
+	case c.Disk != nil && c.Disk.Size >= minDiskSize && c.MaxObjectSize > c.Disk.Size/4:
+		d.problem("cache.max_object_size", "must be at most cache.disk.size/4 = %v, got %v", c.Disk.Size/4, c.MaxObjectSize)
+	}
+	if disk := c.Disk; disk != nil {
+		if disk.Path == "" {
+			d.problem("cache.disk.path", "is required with cache.disk")
+		}
+		if disk.Size < minDiskSize {
+			d.problem("cache.disk.size", "must be at least %v, got %v", minDiskSize, disk.Size)
+		}
+		if c.Path == "" {
+			d.problem("cache.disk", "requires cache.path: the invalidation table saved beside the snapshot proves disk entries un-purged after a restart")
+		} else if disk.Path != "" && filepath.Clean(disk.Path) == filepath.Clean(c.Path) {
+			d.problem("cache.disk.path", "must differ from cache.path")
+		}
 	}
 	d.nonNegative("cache.hit_for_miss", c.HitForMiss)
 	if c.MaxWaiters < 1 {
