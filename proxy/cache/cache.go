@@ -29,6 +29,10 @@ type Cache struct {
 	// ivLoaded: the invalidation table was loaded from beside the
 	// snapshot, so entries fetched before this start can be checked.
 	ivLoaded bool
+	// memMax is the largest entry memory takes when a disk tier does not
+	// (a failing disk): an eighth of it, as config bounds
+	// max_object_size without a tier.
+	memMax int
 }
 
 // Open loads the snapshot at path when there is one (with its
@@ -38,7 +42,7 @@ type Cache struct {
 // ignored: the cache is an optimisation, never a reason not to start.
 // path "" keeps nothing on disk.
 func Open(path string, size, maxObject int, logger *slog.Logger) *Cache {
-	c := &Cache{s: openStore(path, size, maxObject, logger), iv: newInvalidations(), ns: newNamespaces(), path: path}
+	c := &Cache{s: openStore(path, size, maxObject, logger), iv: newInvalidations(), ns: newNamespaces(), path: path, memMax: size / 8}
 	if path != "" {
 		if err := c.ns.load(path + ".ns"); err != nil && !os.IsNotExist(err) {
 			logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
@@ -265,7 +269,7 @@ func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) {
 		}
 	}
 	c.d.del(digest)
-	if uint64(len(enc)) <= c.s.maxEntry {
+	if len(enc) <= c.memMax {
 		c.s.set(key, enc)
 	}
 }
