@@ -2,6 +2,7 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -121,28 +122,26 @@ func (c *Cache) GetVerifiedOrFile(dst, k []byte) (v []byte, verified bool, f *os
 // getDisk reads k's entry from the disk tier into dst.
 func (c *Cache) getDisk(dst, k []byte) ([]byte, bool) {
 	var e Entry
-	f, _, off, n, ok := c.d.open(k, nil, cachekey.Digest(k), &e)
+	f, meta, off, n, ok := c.d.open(k, nil, cachekey.Digest(k), &e)
 	if !ok {
 		return dst[:0], false
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		c.d.fail("stat", err)
-		return dst[:0], false
-	}
-	encLen := st.Size() - off - diskTrailerLen
-	if encLen < n || encLen > int64(c.s.maxEntry)+int64(len(k)) {
+	encLen := n + int64(len(meta))
+	if encLen > int64(c.s.maxEntry) {
 		return dst[:0], false
 	}
 	if int64(cap(dst)) < encLen {
 		dst = make([]byte, 0, encLen)
 	}
 	dst = dst[:encLen]
-	if _, err := f.ReadAt(dst, off); err != nil {
+	if _, err := f.ReadAt(dst[:n], off); err != nil {
 		c.d.fail("read", err)
 		return dst[:0], false
 	}
+	// The body goes back before the meta, whose footer names it again.
+	copy(dst[n:], meta)
+	binary.LittleEndian.PutUint32(dst[encLen-footerLen+4:], uint32(n))
 	return dst, true
 }
 

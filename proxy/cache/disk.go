@@ -18,17 +18,21 @@ import (
 )
 
 // The disk tier holds entries of at least DiskMinEntry bytes, one file
-// each, named by the key's digest: dir/<2 hex>/<16 hex>. A file is the
-// entry exactly as the memory store holds it, framed so that it describes
-// itself and can be proven whole:
+// each, named by the key's digest: dir/<2 hex>/<16 hex>. A file holds the
+// entry as the memory store does (entry.go's encoding: body | meta |
+// footer), its body moved last so that the file's end is the body's and
+// the file itself can be a response's body stream, framed so that it
+// describes itself and can be proven whole:
 //
 //	header   "SHD1" | version u8 | 3 × 0 | keyLen u32 | tailLen u32 | encLen u64 | 0 u64   (32 bytes)
 //	key      [keyLen]byte
-//	entry    [encLen]byte   (entry.go's encoding: body | meta | footer; tailLen = meta+footer)
-//	trailer  xxhash64(header‖key‖entry) u64 | "SHD1DONE"                              (16 bytes)
+//	tail     [tailLen]byte  (the entry's meta and footer)
+//	trailer  xxhash64(header‖key‖tail‖body) u64 | "SHD1DONE"                         (16 bytes)
+//	body     [encLen-tailLen]byte
 //
-// A file is written under dir/tmp, fsynced, and renamed into place (the
-// rename is the commit: a reader sees the old file or the new one whole).
+// A file is written under dir/tmp, fsynced, and renamed into place: the
+// rename is the commit (a reader sees the old file or the new one whole),
+// the trailer's checksum the proof.
 // The directory itself is not fsynced: after a power loss a file may be
 // missing — a miss — never wrong. Anything that does not check — a size
 // other than the header's lengths, a wrong magic or trailer, another key,
@@ -249,8 +253,8 @@ func parseDiskHeader(b []byte, fileSize int64) (diskHeader, bool) {
 
 // readMeta reads and checks f's header, key (against key when not nil,
 // else its digest against digest) and entry metadata, which it decodes
-// into e as a body-less entry held in buf (returned). The entry starts
-// at off in f; its body is the first bodyLen bytes there.
+// into e as a body-less entry held in buf (returned). The body is the
+// bodyLen bytes at off, the file's last.
 func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Entry) (_ []byte, off, bodyLen int64, ok bool) {
 	var hb [diskHeaderLen]byte
 	if _, err := f.ReadAt(hb[:], 0); err != nil {
@@ -260,20 +264,16 @@ func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Ent
 	if !ok {
 		return buf, 0, 0, false
 	}
-	off = diskHeaderLen + int64(h.keyLen)
 	need := h.keyLen + h.tailLen + diskTrailerLen
 	if cap(buf) < need {
 		buf = make([]byte, need)
 	}
 	buf = buf[:need]
+	if _, err := f.ReadAt(buf, diskHeaderLen); err != nil {
+		return buf, 0, 0, false
+	}
 	kb, tail, tr := buf[:h.keyLen], buf[h.keyLen:h.keyLen+h.tailLen], buf[h.keyLen+h.tailLen:]
-	if _, err := f.ReadAt(kb, diskHeaderLen); err != nil {
-		return buf, 0, 0, false
-	}
-	if _, err := f.ReadAt(tail, off+h.encLen-int64(h.tailLen)); err != nil {
-		return buf, 0, 0, false
-	}
-	if _, err := f.ReadAt(tr, off+h.encLen); err != nil || string(tr[8:]) != diskCommitMagic {
+	if string(tr[8:]) != diskCommitMagic {
 		return buf, 0, 0, false
 	}
 	if key != nil && string(kb) != string(key) || key == nil && xxhash.Sum64(kb) != digest {
@@ -291,41 +291,55 @@ func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Ent
 	if DecodeEntryCheck(tail, e, false) != nil {
 		return buf, 0, 0, false
 	}
-	return buf[h.keyLen : h.keyLen+h.tailLen], off, bodyLen, true
+	return tail, diskHeaderLen + int64(need), bodyLen, true
 }
 
-// verifyFile checks f's trailer checksum over everything before it.
+// verifyFile checks f's trailer checksum over the rest of the file.
 func verifyFile(f *os.File, size int64) bool {
-	if size < diskHeaderLen+diskTrailerLen {
+	var hb [diskHeaderLen]byte
+	if _, err := f.ReadAt(hb[:], 0); err != nil {
 		return false
 	}
+	h, ok := parseDiskHeader(hb[:], size)
+	if !ok {
+		return false
+	}
+	trAt := diskHeaderLen + int64(h.keyLen+h.tailLen)
 	var tr [diskTrailerLen]byte
-	if _, err := f.ReadAt(tr[:], size-diskTrailerLen); err != nil || string(tr[8:]) != diskCommitMagic {
+	if _, err := f.ReadAt(tr[:], trAt); err != nil || string(tr[8:]) != diskCommitMagic {
 		return false
 	}
-	h := xxhash.New()
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, size-diskTrailerLen)); err != nil {
+	sum := xxhash.New()
+	if _, err := io.Copy(sum, io.NewSectionReader(f, 0, trAt)); err != nil {
 		return false
 	}
-	return h.Sum64() == binary.LittleEndian.Uint64(tr[:])
+	if _, err := io.Copy(sum, io.NewSectionReader(f, trAt+diskTrailerLen, size-trAt-diskTrailerLen)); err != nil {
+		return false
+	}
+	return sum.Sum64() == binary.LittleEndian.Uint64(tr[:])
 }
 
 // DecodeDiskFile checks a whole disk tier file's bytes (header, key,
-// trailer checksum) and returns the key and the entry encoding it holds.
-// It is the check a file found by the start-up scan passes on first read.
+// trailer checksum, entry) and returns the key and the entry encoding
+// it holds (enc is a new buffer). It is the check a file found by the
+// start-up scan passes on its first read.
 func DecodeDiskFile(b []byte) (key, enc []byte, err error) {
 	h, ok := parseDiskHeader(b, int64(len(b)))
 	if !ok {
 		return nil, nil, ErrCorrupt
 	}
-	tr := b[len(b)-diskTrailerLen:]
-	if string(tr[8:]) != diskCommitMagic || xxhash.Sum64(b[:len(b)-diskTrailerLen]) != binary.LittleEndian.Uint64(tr) {
+	trAt := diskHeaderLen + h.keyLen + h.tailLen
+	tr := b[trAt : trAt+diskTrailerLen]
+	sum := xxhash.New()
+	_, _ = sum.Write(b[:trAt])
+	_, _ = sum.Write(b[trAt+diskTrailerLen:])
+	if string(tr[8:]) != diskCommitMagic || sum.Sum64() != binary.LittleEndian.Uint64(tr) {
 		return nil, nil, ErrCorrupt
 	}
 	key = b[diskHeaderLen : diskHeaderLen+h.keyLen]
-	enc = b[diskHeaderLen+h.keyLen : len(b)-diskTrailerLen]
+	enc = append(append([]byte(nil), b[trAt+diskTrailerLen:]...), b[diskHeaderLen+h.keyLen:trAt]...)
 	var e Entry
-	if int64(len(enc)) != h.encLen || DecodeEntryCheck(enc, &e, true) != nil || len(enc)-len(e.Body) != h.tailLen {
+	if DecodeEntryCheck(enc, &e, true) != nil || len(enc)-len(e.Body) != h.tailLen {
 		return nil, nil, ErrCorrupt
 	}
 	return key, enc, nil
@@ -333,19 +347,24 @@ func DecodeDiskFile(b []byte) (key, enc []byte, err error) {
 
 // AppendDiskFile appends the file the disk tier writes for key and enc.
 func AppendDiskFile(dst, key, enc []byte) []byte {
+	tailLen := entryTailLen(enc)
+	body, tail := enc[:len(enc)-tailLen], enc[len(enc)-tailLen:]
 	start := len(dst)
-	dst = appendDiskHeader(dst, len(key), entryTailLen(enc), int64(len(enc)))
-	dst = append(append(dst, key...), enc...)
-	dst = binary.LittleEndian.AppendUint64(dst, xxhash.Sum64(dst[start:]))
-	return append(dst, diskCommitMagic...)
+	dst = appendDiskHeader(dst, len(key), tailLen, int64(len(enc)))
+	dst = append(append(dst, key...), tail...)
+	sum := xxhash.New()
+	_, _ = sum.Write(dst[start:])
+	_, _ = sum.Write(body)
+	dst = binary.LittleEndian.AppendUint64(dst, sum.Sum64())
+	return append(append(dst, diskCommitMagic...), body...)
 }
 
 // entryTailLen is the length of an encoding's meta and footer.
 func entryTailLen(enc []byte) int {
 	if len(enc) < footerLen {
-		return 0
+		return len(enc)
 	}
-	return int(binary.LittleEndian.Uint32(enc[len(enc)-footerLen:])) + footerLen
+	return min(int(binary.LittleEndian.Uint32(enc[len(enc)-footerLen:]))+footerLen, len(enc))
 }
 
 func (d *disk) path(digest uint64) string {
@@ -401,17 +420,18 @@ func (d *disk) write(key, enc []byte) (w diskWrite, err error) {
 		}
 	}()
 	var hb [diskHeaderLen + diskTrailerLen]byte
-	hdr := appendDiskHeader(hb[:0], len(key), entryTailLen(enc), int64(len(enc)))
+	tailLen := entryTailLen(enc)
+	body, tail := enc[:len(enc)-tailLen], enc[len(enc)-tailLen:]
+	hdr := appendDiskHeader(hb[:0], len(key), tailLen, int64(len(enc)))
 	h := xxhash.New()
-	for _, p := range [][]byte{hdr, key, enc} {
+	for _, p := range [][]byte{hdr, key, tail, body} {
 		_, _ = h.Write(p)
+	}
+	tr := append(binary.LittleEndian.AppendUint64(hb[diskHeaderLen:diskHeaderLen], h.Sum64()), diskCommitMagic...)
+	for _, p := range [][]byte{hdr, key, tail, tr, body} {
 		if _, err = f.Write(p); err != nil {
 			return w, err
 		}
-	}
-	tr := append(binary.LittleEndian.AppendUint64(hb[diskHeaderLen:diskHeaderLen], h.Sum64()), diskCommitMagic...)
-	if _, err = f.Write(tr); err != nil {
-		return w, err
 	}
 	if err = f.Sync(); err != nil {
 		return w, err

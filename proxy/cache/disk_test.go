@@ -98,7 +98,7 @@ func TestDiskRoundTrip(t *testing.T) {
 // (written by another process, so verified on first read) is a miss and
 // is removed.
 func TestDiskFileCorruptionIsMiss(t *testing.T) {
-	for _, damage := range []string{"truncate", "flip-body", "flip-header", "flip-trailer", "empty"} {
+	for _, damage := range []string{"truncate", "flip-body", "flip-header", "flip-trailer", "flip-last", "empty"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
 			c := newDiskCache(t, dir, 64<<20)
@@ -122,6 +122,8 @@ func TestDiskFileCorruptionIsMiss(t *testing.T) {
 				b[9] ^= 0x80
 			case "flip-trailer":
 				b[len(b)-12] ^= 4
+			case "flip-last":
+				b[len(b)-1] ^= 0x10
 			case "empty":
 				b = nil
 			}
