@@ -97,6 +97,18 @@ func TestDiskTierCapacity(t *testing.T) {
 		t.Errorf("disk tier metrics: %v entries, %v errors", metric("shield_cache_disk_entries"), metric("shield_cache_disk_errors_total"))
 	}
 
+	// HEAD and Range answers of a disk entry: the head alone, and the
+	// part cut from the stored object.
+	if r := e.do("HEAD", target(7)); r.status != 200 || len(r.body) != 0 || r.header.Get("Content-Length") != "1048576" {
+		t.Errorf("HEAD of a disk entry: %d, %d bytes, Content-Length %q", r.status, len(r.body), r.header.Get("Content-Length"))
+	}
+	if r := e.get(target(7), "Range", "bytes=1000-1099"); r.status != 206 || len(r.body) != 100 {
+		t.Errorf("Range of a disk entry: %d, %d bytes", r.status, len(r.body))
+	}
+	if r := e.get(target(7)); !strings.HasPrefix(r.header.Get("Cache-Status"), "shield; hit") || sha256.Sum256(r.body) != sums[7] {
+		t.Errorf("GET after HEAD and Range: %v", r)
+	}
+
 	e.client.CloseIdleConnections()
 	e.shield.signal(t, syscall.SIGKILL)
 	e.shield.wait(t)

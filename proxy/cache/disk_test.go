@@ -154,9 +154,9 @@ func TestDiskRestartRebuild(t *testing.T) {
 	encs := map[string][]byte{}
 	for i := range n {
 		key := []byte("k" + strconv.Itoa(i))
-		enc, e := response(key, c.Invalidations().Next(), bigBody(8<<10+i, strconv.Itoa(i)))
+		_, e := response(key, c.Invalidations().Next(), bigBody(8<<10+i, strconv.Itoa(i)))
 		e.URLDigest = uint64(i)
-		enc = AppendEntry(nil, e, nil, nil)
+		enc := AppendEntry(nil, e, nil, nil)
 		c.Put(key, enc, e, PutOptions{})
 		encs[string(key)] = enc
 	}
