@@ -459,3 +459,84 @@ func TestDiskFileRandomDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskConcurrentReadWriteEvict: writers, deleters and readers of
+// both kinds race over keys in a tier small enough to evict all the
+// time; every read is a miss or exactly an entry written for its key.
+func TestDiskConcurrentReadWriteEvict(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 512<<10)
+	const keys, rounds = 16, 150
+	key := func(i int) []byte { return []byte("key-" + strconv.Itoa(i%keys)) }
+	bodyOf := func(k []byte, seq int64) string {
+		return bigBody(5<<10+int(seq%1024), string(k)+"/"+strconv.FormatInt(seq, 10)+";")
+	}
+	check := func(k, b []byte, verified bool) {
+		if len(b) == 0 {
+			return
+		}
+		var e Entry
+		if err := DecodeEntryCheck(b, &e, !verified); err != nil || e.KeyDigest != cachekey.Digest(k) {
+			t.Errorf("%s: read %d bytes that are not its entry (%v)", k, len(b), err)
+			return
+		}
+		if string(e.Body) != bodyOf(k, e.FetchSeq) {
+			t.Errorf("%s: body of %d bytes does not match fetch %d", k, len(e.Body), e.FetchSeq)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range rounds {
+				k := key(i*7 + w)
+				_, e := response(k, c.Invalidations().Next(), "")
+				e.Body = []byte(bodyOf(k, e.FetchSeq))
+				enc := AppendEntry(nil, e, nil, nil)
+				c.Put(k, enc, e, PutOptions{})
+				if i%17 == 0 {
+					c.Del(key(i + w))
+				}
+			}
+		})
+	}
+	for r := range 4 {
+		wg.Go(func() {
+			buf := make([]byte, 0, 64<<10)
+			for i := range rounds * 2 {
+				k := key(i*3 + r)
+				if r%2 == 0 {
+					b, verified := c.GetVerified(buf, k)
+					check(k, b, verified)
+					continue
+				}
+				meta, verified, f, n := c.GetVerifiedOrFile(buf, k)
+				if f == nil {
+					check(k, meta, verified)
+					continue
+				}
+				var e Entry
+				if err := DecodeEntryCheck(meta, &e, !verified); err != nil || e.KeyDigest != cachekey.Digest(k) {
+					t.Errorf("%s: file metadata does not decode: %v", k, err)
+				}
+				body, err := io.ReadAll(f)
+				f.Close()
+				if err != nil || int64(len(body)) != n || string(body) != bodyOf(k, e.FetchSeq) {
+					t.Errorf("%s: file body of %d bytes (want %d) does not match fetch %d (%v)", k, len(body), n, e.FetchSeq, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st, _ := c.DiskStats()
+	var onDisk int64
+	for _, f := range diskFiles(t, dir) {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk += fi.Size()
+	}
+	if st.Bytes > 512<<10 || onDisk != st.Bytes || int64(len(diskFiles(t, dir))) != st.Objects {
+		t.Fatalf("after the race: stats %+v, %d bytes in %d files", st, onDisk, len(diskFiles(t, dir)))
+	}
+}
