@@ -116,7 +116,7 @@ func (c *Cache) OpenDisk(cfg DiskConfig, logger *slog.Logger) error {
 		cfg.MinEntry = DiskMinEntry
 	}
 	d := &disk{
-		dir: cfg.Dir, tmp: filepath.Join(cfg.Dir, "tmp"), max: cfg.Size, minEntry: cfg.MinEntry,
+		dir: filepath.Clean(cfg.Dir), tmp: filepath.Join(cfg.Dir, "tmp"), max: cfg.Size, minEntry: cfg.MinEntry,
 		// One entry may take at most a quarter of the tier: a larger one
 		// would evict most of it.
 		maxEntry: min(cfg.Size/4, int64(c.s.maxEntry)),
@@ -368,12 +368,14 @@ func entryTailLen(enc []byte) int {
 }
 
 func (d *disk) path(digest uint64) string {
-	var nb [16]byte
-	name := strconv.AppendUint(nb[:0], digest, 16)
-	for len(name) < 16 {
-		name = append([]byte{'0'}, name...)
+	const hexDigits = "0123456789abcdef"
+	var name [16]byte
+	for i := len(name) - 1; i >= 0; i-- {
+		name[i] = hexDigits[digest&15]
+		digest >>= 4
 	}
-	return filepath.Join(d.dir, string(name[:2]), string(name))
+	// One allocation: conversions inside a concatenation do not copy.
+	return d.dir + "/" + string(name[:2]) + "/" + string(name[:])
 }
 
 // takes reports whether an entry of n bytes goes to the disk tier now.
@@ -562,8 +564,17 @@ func (d *disk) open(key, buf []byte, digest uint64, e *Entry) (f *os.File, meta 
 	}
 	f, err := os.Open(d.path(digest))
 	if err != nil {
-		// Evicted or replaced meanwhile (a miss), or a failing disk.
-		if !errors.Is(err, fs.ErrNotExist) {
+		// Evicted or replaced meanwhile (a miss), removed by someone
+		// else (forgotten: under mu the index and the names agree, so a
+		// file indexed there and absent is gone for good), or a failing
+		// disk.
+		if errors.Is(err, fs.ErrNotExist) {
+			d.mu.Lock()
+			if _, serr := os.Stat(d.path(digest)); d.items[digest] != nil && errors.Is(serr, fs.ErrNotExist) {
+				d.dropLocked(digest, false)
+			}
+			d.mu.Unlock()
+		} else {
 			d.fail("open", err)
 		}
 		d.misses.Add(1)

@@ -540,3 +540,24 @@ func TestDiskConcurrentReadWriteEvict(t *testing.T) {
 		t.Fatalf("after the race: stats %+v, %d bytes in %d files", st, onDisk, len(diskFiles(t, dir)))
 	}
 }
+
+// TestDiskFileRemovedBehindOurBack: a file deleted by someone else is a
+// miss and leaves the index (its bytes no longer counted).
+func TestDiskFileRemovedBehindOurBack(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	key := []byte("k")
+	enc, e := response(key, c.Invalidations().Next(), bigBody(8<<10, "gone"))
+	c.Put(key, enc, e, PutOptions{})
+	for _, f := range diskFiles(t, dir) {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := c.Get(nil, key); len(v) != 0 {
+		t.Fatal("a removed file was read")
+	}
+	if st, _ := c.DiskStats(); st.Objects != 0 || st.Bytes != 0 || st.Errors != 0 {
+		t.Fatalf("stats %+v after the file was removed", st)
+	}
+}
