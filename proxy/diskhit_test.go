@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,4 +120,36 @@ func BenchmarkDiskHit(b *testing.B) {
 		}
 	}
 	ctx.Response.Reset()
+}
+
+// TestDiskFailingDegradesToMemory: a disk that cannot be written (its
+// temporary directory replaced by a file) leaves large objects served
+// and cached in memory, with the failure counted — no crash, no wrong
+// body.
+func TestDiskFailingDegradesToMemory(t *testing.T) {
+	body := bytes.Repeat([]byte("degraded "), 40<<10)
+	p, o, dir := diskProxy(t, body)
+	tmp := filepath.Join(dir, "disk", "tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		ctx := serve(p, get(t, "/d"))
+		if s := summary(ctx); s.code != 200 || s.body != string(body) || ctx.Response.IsBodyStream() {
+			t.Fatalf("request %d on a failing disk: %d %q, %d bytes", i, s.code, s.cacheStatus, len(s.body))
+		}
+	}
+	if n := o.hits.Load(); n != 1 {
+		t.Errorf("origin fetches = %d, want 1 (cached in memory)", n)
+	}
+	var m bytes.Buffer
+	p.g.set.WritePrometheus(&m)
+	for _, want := range []string{"shield_cache_disk_errors_total 1", "shield_cache_disk_degraded 1", "shield_cache_disk_degraded_total 1"} {
+		if !strings.Contains(m.String(), want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
 }
