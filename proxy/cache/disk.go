@@ -140,7 +140,17 @@ func (c *Cache) OpenDisk(cfg DiskConfig, logger *slog.Logger) error {
 		watermark = c.iv.Next()
 	}
 	start := time.Now()
-	kept, dropped, err := d.scan(watermark)
+	// A key is held by one tier; a snapshot saved before a crash may
+	// hold an older entry for a key a file holds now: keep the newer.
+	kept, dropped, err := d.scan(watermark, func(key []byte, fetchSeq int64) bool {
+		b := c.s.get(nil, key)
+		var cur Entry
+		if len(b) == 0 || DecodeEntry(b, &cur) != nil || cur.FetchSeq <= fetchSeq {
+			c.s.del(key)
+			return true
+		}
+		return false
+	})
 	if err != nil {
 		return err
 	}
@@ -157,9 +167,10 @@ func (c *Cache) OpenDisk(cfg DiskConfig, logger *slog.Logger) error {
 	return nil
 }
 
-// scan indexes the directory's files, removing those that do not check
-// or were fetched before watermark.
-func (d *disk) scan(watermark int64) (kept, dropped int, err error) {
+// scan indexes the directory's files, removing those that do not check,
+// were fetched before watermark, or that keep refuses (given each file's
+// key and fetch sequence).
+func (d *disk) scan(watermark int64, keep func(key []byte, fetchSeq int64) bool) (kept, dropped int, err error) {
 	dirs, err := os.ReadDir(d.dir)
 	if err != nil {
 		return 0, 0, fmt.Errorf("cache: disk tier %s: %w", d.dir, err)
@@ -178,10 +189,11 @@ func (d *disk) scan(watermark int64) (kept, dropped int, err error) {
 			p := filepath.Join(d.dir, sub.Name(), fe.Name())
 			digest, perr := strconv.ParseUint(fe.Name(), 16, 64)
 			var it *diskItem
+			var key []byte
 			if perr == nil && len(fe.Name()) == 16 && fe.Name()[:2] == sub.Name() {
-				it, buf = d.scanFile(p, digest, buf)
+				it, key, buf = d.scanFile(p, digest, buf)
 			}
-			if it == nil || (!it.vary && it.fetchSeq < watermark) {
+			if it == nil || (!it.vary && it.fetchSeq < watermark) || !keep(key, it.fetchSeq) {
 				_ = os.Remove(p)
 				dropped++
 				continue
@@ -196,23 +208,24 @@ func (d *disk) scan(watermark int64) (kept, dropped int, err error) {
 }
 
 // scanFile reads a file's header, key and entry metadata; nil when they
-// do not check.
-func (d *disk) scanFile(p string, digest uint64, buf []byte) (*diskItem, []byte) {
+// do not check. key aliases buf (returned for reuse).
+func (d *disk) scanFile(p string, digest uint64, buf []byte) (_ *diskItem, key, _ []byte) {
 	f, err := os.Open(p)
 	if err != nil {
-		return nil, buf
+		return nil, nil, buf
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, buf
+		return nil, nil, buf
 	}
 	var e Entry
-	buf, _, _, ok := readMeta(f, st.Size(), digest, nil, buf, &e)
+	meta, key, _, _, ok := readMeta(f, st.Size(), digest, nil, buf, &e)
 	if !ok {
-		return nil, buf
+		return nil, nil, meta
 	}
-	return &diskItem{digest: digest, size: st.Size(), fetchSeq: e.FetchSeq, vary: e.Kind == KindVary}, buf
+	// key starts readMeta's buffer: key[:0] is it, for reuse.
+	return &diskItem{digest: digest, size: st.Size(), fetchSeq: e.FetchSeq, vary: e.Kind == KindVary}, key, key[:0]
 }
 
 // diskHeader is a parsed file header.
@@ -253,16 +266,17 @@ func parseDiskHeader(b []byte, fileSize int64) (diskHeader, bool) {
 
 // readMeta reads and checks f's header, key (against key when not nil,
 // else its digest against digest) and entry metadata, which it decodes
-// into e as a body-less entry held in buf (returned). The body is the
-// bodyLen bytes at off, the file's last.
-func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Entry) (_ []byte, off, bodyLen int64, ok bool) {
+// into e as a body-less entry, meta, held in buf with the file's key
+// (fileKey; on failure meta is buf, for reuse). The body is the bodyLen
+// bytes at off, the file's last.
+func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Entry) (meta, fileKey []byte, off, bodyLen int64, ok bool) {
 	var hb [diskHeaderLen]byte
 	if _, err := f.ReadAt(hb[:], 0); err != nil {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
 	h, ok := parseDiskHeader(hb[:], fileSize)
 	if !ok {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
 	need := h.keyLen + h.tailLen + diskTrailerLen
 	if cap(buf) < need {
@@ -270,14 +284,14 @@ func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Ent
 	}
 	buf = buf[:need]
 	if _, err := f.ReadAt(buf, diskHeaderLen); err != nil {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
 	kb, tail, tr := buf[:h.keyLen], buf[h.keyLen:h.keyLen+h.tailLen], buf[h.keyLen+h.tailLen:]
 	if string(tr[8:]) != diskCommitMagic {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
 	if key != nil && string(kb) != string(key) || key == nil && xxhash.Sum64(kb) != digest {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
 	// The footer's body length, checked against the header's, is set to
 	// 0: the tail decodes as a body-less entry (its checksum, over the
@@ -285,13 +299,13 @@ func readMeta(f *os.File, fileSize int64, digest uint64, key, buf []byte, e *Ent
 	ft := tail[len(tail)-footerLen:]
 	bodyLen = int64(binary.LittleEndian.Uint32(ft[4:]))
 	if bodyLen+int64(h.tailLen) != h.encLen {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
 	binary.LittleEndian.PutUint32(ft[4:], 0)
 	if DecodeEntryCheck(tail, e, false) != nil {
-		return buf, 0, 0, false
+		return buf, nil, 0, 0, false
 	}
-	return tail, diskHeaderLen + int64(need), bodyLen, true
+	return tail, kb, diskHeaderLen + int64(need), bodyLen, true
 }
 
 // verifyFile checks f's trailer checksum over the rest of the file.
@@ -589,7 +603,7 @@ func (d *disk) open(key, buf []byte, digest uint64, e *Entry) (f *os.File, meta 
 		}
 	}
 	if err == nil {
-		meta, off, bodyLen, ok = readMeta(f, size, digest, key, buf, e)
+		meta, _, off, bodyLen, ok = readMeta(f, size, digest, key, buf, e)
 		if !ok {
 			err = ErrCorrupt
 		}

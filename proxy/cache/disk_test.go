@@ -561,3 +561,47 @@ func TestDiskFileRemovedBehindOurBack(t *testing.T) {
 		t.Fatalf("stats %+v after the file was removed", st)
 	}
 }
+
+// TestDiskRestartSnapshotConflict: a key is held by one tier after a
+// restart too. A snapshot saved before a crash may hold an older entry
+// for a key a file holds now (the file wins), or — a file whose removal
+// failed — a newer one (the file goes).
+func TestDiskRestartSnapshotConflict(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	key := []byte("k")
+	enc, e := response(key, c.Invalidations().Next(), "small, older")
+	c.Put(key, enc, e, PutOptions{})
+	if err := c.SaveSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	encNew, eNew := response(key, c.Invalidations().Next(), bigBody(8<<10, "large, newer"))
+	c.Put(key, encNew, eNew, PutOptions{})
+	if err := c.SaveInvalidations(); err != nil {
+		t.Fatal(err)
+	}
+	// A crash: the snapshot is the one saved before the newer Put.
+	d := newDiskCache(t, dir, 64<<20)
+	if got, ok := held(d, key); !ok || got.FetchSeq != eNew.FetchSeq {
+		t.Fatalf("after restart: holds %d, want the file's newer %d", got.FetchSeq, eNew.FetchSeq)
+	}
+
+	// The reverse: memory newer, and a file left behind.
+	files := diskFiles(t, dir)
+	stale, _ := os.ReadFile(files[0])
+	encMem, eMem := response(key, d.Invalidations().Next(), "small, newest")
+	d.Put(key, encMem, eMem, PutOptions{})
+	if err := d.SaveSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SaveInvalidations(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files[0], stale, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x := newDiskCache(t, dir, 64<<20)
+	if got, ok := held(x, key); !ok || got.FetchSeq != eMem.FetchSeq || len(diskFiles(t, dir)) != 0 {
+		t.Fatalf("after restart: holds %d with %d files, want memory's newer %d and no file", got.FetchSeq, len(diskFiles(t, dir)), eMem.FetchSeq)
+	}
+}

@@ -40,7 +40,9 @@
 // they fit), logged and counted; reads of a failing file are misses.
 // After a restart the directory is scanned; its entries are kept only
 // when the invalidation table was loaded from beside the snapshot
-// (proxy requires cache.path with a disk tier), else they are removed.
+// (proxy requires cache.path with a disk tier), else they are removed;
+// a key both a file and the loaded snapshot hold (a snapshot saved before
+// a crash) keeps the newer fetch only.
 //
 // Invariants:
 //
