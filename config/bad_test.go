@@ -186,7 +186,7 @@ origins: {a: {servers: [x:1]}}
 routes: [{name: r, hosts: ["*"], origin: a}]
 `, nil, []want{
 			{4, "cache.max_object_size", "at most cache.disk.size/4 = 128MiB, got 200MiB"},
-			{6, "cache.disk.path", "must differ from cache.path"},
+			{6, "cache.disk.path", "must be outside cache.path"},
 		}},
 		{"origin tls and health", `listen: :80
 origins:

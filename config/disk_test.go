@@ -26,3 +26,17 @@ func TestCacheDiskDefaults(t *testing.T) {
 		}
 	}
 }
+
+func TestWithin(t *testing.T) {
+	for _, tt := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/a/b", "/a", true}, {"/a", "/a/", true}, {"/a/../a/b", "/a", true},
+		{"/ab", "/a", false}, {"/a", "/a/b", false}, {"/x/..y", "/x", true}, {"rel/d", "rel", true}, {"other", "rel", false},
+	} {
+		if got := within(tt.p, tt.dir); got != tt.want {
+			t.Errorf("within(%q, %q) = %v, want %v", tt.p, tt.dir, got, tt.want)
+		}
+	}
+}

@@ -105,8 +105,11 @@ func (d *decoder) validateCache(c *Cache) {
 		}
 		if c.Path == "" {
 			d.problem("cache.disk", "requires cache.path: the invalidation table saved beside the snapshot proves disk entries un-purged after a restart")
-		} else if disk.Path != "" && filepath.Clean(disk.Path) == filepath.Clean(c.Path) {
-			d.problem("cache.disk.path", "must differ from cache.path")
+		} else if disk.Path != "" && (within(disk.Path, c.Path) || within(c.Path, disk.Path)) {
+			// The snapshot is a directory replaced whole on save, and the
+			// tier removes what it does not recognise: neither may hold
+			// the other.
+			d.problem("cache.disk.path", "must be outside cache.path, and cache.path outside it")
 		}
 	}
 	d.nonNegative("cache.hit_for_miss", c.HitForMiss)
@@ -448,6 +451,12 @@ func (d *decoder) oneOf(path, v string, allowed ...string) {
 	if !slices.Contains(allowed, v) {
 		d.problem(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
 	}
+}
+
+// within reports whether path p is dir or inside it.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(p))
+	return err == nil && (rel == "." || rel != ".." && !strings.HasPrefix(rel, "../"))
 }
 
 func (d *decoder) positive(path string, v time.Duration) {
