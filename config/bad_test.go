@@ -164,6 +164,30 @@ cache:
 origins: {a: {servers: [x:1]}}
 routes: [{name: r, hosts: ["*"], origin: a}]
 `, nil, []want{{4, "cache.max_object_size", "at most cache.size/8 = 8MiB, got 9MiB"}}},
+		{"disk tier", `listen: :80
+cache:
+  size: 64MiB
+  max_object_size: 20MiB
+  disk: { size: 1MiB }
+origins: {a: {servers: [x:1]}}
+routes: [{name: r, hosts: ["*"], origin: a}]
+`, nil, []want{
+			{5, "cache.disk", "requires cache.path"},
+			{5, "cache.disk.path", "required with cache.disk"},
+			{5, "cache.disk.size", "at least 64MiB, got 1MiB"},
+		}},
+		{"disk tier object size", `listen: :80
+cache:
+  size: 64MiB
+  max_object_size: 200MiB
+  path: /tmp/x
+  disk: { path: /tmp/x, size: 512MiB }
+origins: {a: {servers: [x:1]}}
+routes: [{name: r, hosts: ["*"], origin: a}]
+`, nil, []want{
+			{4, "cache.max_object_size", "at most cache.disk.size/4 = 128MiB, got 200MiB"},
+			{6, "cache.disk.path", "must be outside cache.path"},
+		}},
 		{"origin tls and health", `listen: :80
 origins:
   a:

@@ -303,7 +303,8 @@ type Cache struct {
 	// (fastcache allocates 512 buckets of 64KiB chunks).
 	Size Size `yaml:"size"`
 	// MaxObjectSize: responses larger than this stream through uncached.
-	// Default 8MiB; at most Size/8.
+	// Default 8MiB; at most Size/8. With a disk tier: default 1GiB or
+	// Disk.Size/4 when smaller, and at most Disk.Size/4.
 	MaxObjectSize Size `yaml:"max_object_size"`
 	// Path, when set, is where the cache is saved on clean shutdown and
 	// loaded from at start. A missing or corrupt file starts empty.
@@ -318,6 +319,20 @@ type Cache struct {
 	// before it answers 504. Default: the longest origin timeout, so a
 	// waiter never gives up before the fetch it joined can.
 	WaitTimeout time.Duration `yaml:"wait_timeout"`
+	// Disk, when set, adds a disk tier for large entries (restart only).
+	Disk *CacheDisk `yaml:"disk"`
+}
+
+// CacheDisk configures the cache's disk tier: entries of 256KiB and more
+// are kept there, one file each, and survive restarts (proxy/cache's
+// disk.go). It requires Cache.Path: the invalidation table saved beside
+// the snapshot is what proves disk entries un-purged after a restart.
+type CacheDisk struct {
+	// Path is the tier's directory, created when missing. Required.
+	Path string `yaml:"path"`
+	// Size bounds the bytes its files take (least recently used files
+	// are removed beyond it). Required; at least 64MiB.
+	Size Size `yaml:"size"`
 }
 
 // Origin is one upstream service.

@@ -24,8 +24,13 @@ const (
 
 	defaultCacheSize     = 512 * MiB
 	defaultMaxObjectSize = 8 * MiB
-	defaultHitForMiss    = 10 * time.Second
-	defaultMaxWaiters    = 1024
+	// defaultDiskMaxObjectSize is max_object_size's default with a
+	// disk tier (capped at a quarter of it).
+	defaultDiskMaxObjectSize = GiB
+	// minDiskSize is the smallest disk tier.
+	minDiskSize       = 64 * MiB
+	defaultHitForMiss = 10 * time.Second
+	defaultMaxWaiters = 1024
 
 	defaultOriginTimeout         = 5 * time.Second
 	defaultConnectTimeout        = 1 * time.Second
@@ -97,7 +102,13 @@ func applyDefaults(c *Config, has func(path string) bool) {
 
 	ca := &c.Cache
 	setDefault(&ca.Size, has("cache.size"), defaultCacheSize)
-	setDefault(&ca.MaxObjectSize, has("cache.max_object_size"), defaultMaxObjectSize)
+	maxObject := defaultMaxObjectSize
+	if ca.Disk != nil && ca.Disk.Size > 0 {
+		// With a disk tier, objects up to 1GiB are cached when they fit
+		// a quarter of it.
+		maxObject = min(defaultDiskMaxObjectSize, ca.Disk.Size/4)
+	}
+	setDefault(&ca.MaxObjectSize, has("cache.max_object_size"), maxObject)
 	setDefault(&ca.HitForMiss, has("cache.hit_for_miss"), defaultHitForMiss)
 	setDefault(&ca.MaxWaiters, has("cache.max_waiters"), defaultMaxWaiters)
 	// A waiter should not give up before the fetch it joined can: wait as

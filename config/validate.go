@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -90,8 +91,26 @@ func (d *decoder) validateCache(c *Cache) {
 	switch {
 	case c.MaxObjectSize <= 0:
 		d.problem("cache.max_object_size", "must be positive, got %v", c.MaxObjectSize)
-	case c.Size >= minCacheSize && c.MaxObjectSize > c.Size/8:
+	case c.Disk == nil && c.Size >= minCacheSize && c.MaxObjectSize > c.Size/8:
 		d.problem("cache.max_object_size", "must be at most cache.size/8 = %v, got %v", c.Size/8, c.MaxObjectSize)
+	case c.Disk != nil && c.Disk.Size >= minDiskSize && c.MaxObjectSize > c.Disk.Size/4:
+		d.problem("cache.max_object_size", "must be at most cache.disk.size/4 = %v, got %v", c.Disk.Size/4, c.MaxObjectSize)
+	}
+	if disk := c.Disk; disk != nil {
+		if disk.Path == "" {
+			d.problem("cache.disk.path", "is required with cache.disk")
+		}
+		if disk.Size < minDiskSize {
+			d.problem("cache.disk.size", "must be at least %v, got %v", minDiskSize, disk.Size)
+		}
+		if c.Path == "" {
+			d.problem("cache.disk", "requires cache.path: the invalidation table saved beside the snapshot proves disk entries un-purged after a restart")
+		} else if disk.Path != "" && (within(disk.Path, c.Path) || within(c.Path, disk.Path)) {
+			// The snapshot is a directory replaced whole on save, and the
+			// tier removes what it does not recognise: neither may hold
+			// the other.
+			d.problem("cache.disk.path", "must be outside cache.path, and cache.path outside it")
+		}
 	}
 	d.nonNegative("cache.hit_for_miss", c.HitForMiss)
 	if c.MaxWaiters < 1 {
@@ -432,6 +451,12 @@ func (d *decoder) oneOf(path, v string, allowed ...string) {
 	if !slices.Contains(allowed, v) {
 		d.problem(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
 	}
+}
+
+// within reports whether path p is dir or inside it.
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(p))
+	return err == nil && (rel == "." || rel != ".." && !strings.HasPrefix(rel, "../"))
 }
 
 func (d *decoder) positive(path string, v time.Duration) {

@@ -181,11 +181,13 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	}
 	p.heads = new(heads)
 	p.cache = cache.Open(cfg.Cache.Path, int(cfg.Cache.Size), int(cfg.Cache.MaxObjectSize), p.logger)
+	p.openDiskTier(cfg)
 	p.plog = cluster.NewPurgeLog(time.Now())
 	p.holdSnapshot(cfg)
 	p.g = newGlobalMetrics(p.cache.Fastcache())
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.g.set.RegisterMetricsWriter(p.writeTopKeyMetrics)
+	p.g.set.RegisterMetricsWriter(p.writeDiskMetrics)
 	p.bg.ctx, p.bg.cancel = context.WithCancel(context.Background())
 	// The origins' health checks stop with the background work.
 	p.origins = upstream.NewRegistry(p.bg.ctx, p.g.set, p.logger)
@@ -468,7 +470,8 @@ func (p *Proxy) holdSnapshot(cfg *config.Config) {
 	}
 	var st fastcache.Stats
 	p.cache.Fastcache().UpdateStats(&st)
-	if cfg.Cluster == nil || st.EntriesCount == 0 {
+	disk, _ := p.cache.DiskStats()
+	if cfg.Cluster == nil || st.EntriesCount == 0 && disk.Objects == 0 {
 		return
 	}
 	h := &snapshotHold{global: p.cache.Invalidations().Global.Load(), logSince: p.plog.Since()}

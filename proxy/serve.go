@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -55,6 +56,12 @@ type scratch struct {
 	// looking up the ones that are absent.
 	present reqFields
 	ckey    []byte // the coding's sibling key (compress.go)
+
+	// A disk tier entry's body (diskhit.go): fileOK lets the lookup
+	// leave it in file, fileLen bytes from its offset.
+	fileOK  bool
+	file    *os.File
+	fileLen int64
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -66,6 +73,8 @@ func (sc *scratch) reset() {
 	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
 	sc.coding, sc.present = 0, 0
+	sc.closeFile()
+	sc.fileOK = false
 }
 
 // peek is h.PeekCanonical(name), skipped when sanitize saw no such field.
@@ -229,6 +238,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	// to the response truncated to the body, so nothing is copied.
 	b := ctx.Response.SwapBody(nil)
 	var e cache.Entry
+	sc.fileOK = forwardTo == nil && !readThrough && (sc.coding == codingIdentityIdx || rte.comp == nil)
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	if p.top.Sample() {
 		// One request in topk.DefaultSample feeds the top-keys view;
@@ -295,6 +305,12 @@ func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *ro
 		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", cacheStatus{fwd: "miss", detail: "only-if-cached"})
 		return resBypass
 	}
+	if sc.file != nil {
+		var done bool
+		if b, lk, done = p.fileLookup(ctx, rte, sc, e, b, lk, now); done {
+			return resHit
+		}
+	}
 	switch lk {
 	case lkHit:
 		age := e.Age(now)
@@ -358,7 +374,7 @@ const (
 // and returns b (the buffer) holding the entry e was decoded from.
 func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry) ([]byte, lookupResult) {
 	sc.vkey = sc.vkey[:0]
-	b, verified := p.cache.GetVerified(b, sc.key)
+	b, verified := p.getEntry(b, sc.key, sc)
 	if len(b) == 0 {
 		return b, lkMiss
 	}
@@ -369,7 +385,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache
 	if e.Kind == cache.KindVary {
 		markerAt := e.StoredAt
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
-		b, verified = p.cache.GetVerified(b, sc.vkey)
+		b, verified = p.getEntry(b, sc.vkey, sc)
 		if len(b) == 0 {
 			return b, lkVaryMiss
 		}

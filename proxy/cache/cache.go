@@ -2,7 +2,9 @@ package cache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -17,6 +19,7 @@ import (
 // (namespaces.go), and the rule that orders writes of one key (Put).
 type Cache struct {
 	s    *store
+	d    *disk // the disk tier (disk.go); nil: memory only
 	iv   *Invalidations
 	ns   *Namespaces
 	path string // snapshot path; "" keeps nothing on disk
@@ -24,6 +27,13 @@ type Cache struct {
 	// the key holds and the write are one step under its lock.
 	stripes [64]sync.Mutex
 	saveMu  sync.Mutex // serialises saving the invalidation table
+	// ivLoaded: the invalidation table was loaded from beside the
+	// snapshot, so entries fetched before this start can be checked.
+	ivLoaded bool
+	// memMax is the largest entry memory takes when a disk tier does not
+	// (a failing disk): an eighth of it, as config bounds
+	// max_object_size without a tier.
+	memMax int
 }
 
 // Open loads the snapshot at path when there is one (with its
@@ -33,13 +43,16 @@ type Cache struct {
 // ignored: the cache is an optimisation, never a reason not to start.
 // path "" keeps nothing on disk.
 func Open(path string, size, maxObject int, logger *slog.Logger) *Cache {
-	c := &Cache{s: openStore(path, size, maxObject, logger), iv: newInvalidations(), ns: newNamespaces(), path: path}
+	c := &Cache{s: openStore(path, size, maxObject, logger), iv: newInvalidations(), ns: newNamespaces(), path: path, memMax: size / 8}
 	if path != "" {
 		if err := c.ns.load(path + ".ns"); err != nil && !os.IsNotExist(err) {
 			logger.Warn("namespace versions unreadable; dropping the snapshot", "err", err)
 			c.iv.InvalidateAll()
 		}
-		if err := c.iv.load(path + ".inval"); err != nil && !os.IsNotExist(err) {
+		switch err := c.iv.load(path + ".inval"); {
+		case err == nil:
+			c.ivLoaded = true
+		case !os.IsNotExist(err):
 			// Without the table we cannot tell which snapshot entries
 			// were purged: none of them is served.
 			logger.Warn("invalidation table unreadable; dropping the snapshot", "err", err)
@@ -62,17 +75,91 @@ func (c *Cache) Namespaces() *Namespaces { return c.ns }
 func (c *Cache) Fastcache() *fastcache.Cache { return c.s.c }
 
 // Get appends the value stored under k to dst[:0] and returns it, or
-// returns an empty slice (with dst's capacity) when there is none.
-func (c *Cache) Get(dst, k []byte) []byte { return c.s.get(dst, k) }
+// returns an empty slice (with dst's capacity) when there is none. An
+// entry in the disk tier is read whole into dst.
+func (c *Cache) Get(dst, k []byte) []byte {
+	v, _ := c.GetVerified(dst, k)
+	return v
+}
 
 // GetVerified is Get, and reports whether the value is known intact
-// without checking its entry checksum (written by this process: decode it
-// with DecodeEntryCheck(b, e, !verified)). It does not allocate when dst
-// is large enough.
-func (c *Cache) GetVerified(dst, k []byte) (v []byte, verified bool) { return c.s.getVerified(dst, k) }
+// without checking its entry checksum (written by this process, or a
+// disk tier file checked in full: decode it with
+// DecodeEntryCheck(b, e, !verified)). It does not allocate when dst is
+// large enough and the entry is in memory.
+func (c *Cache) GetVerified(dst, k []byte) (v []byte, verified bool) {
+	v, verified = c.s.getVerified(dst, k)
+	if len(v) > 0 || c.d == nil {
+		return v, verified
+	}
+	return c.getDisk(v, k)
+}
 
-// Del deletes what is stored under k.
-func (c *Cache) Del(k []byte) { c.s.del(k) }
+// GetVerifiedOrFile is GetVerified, except that an entry held by the disk
+// tier comes back as its metadata — a body-less entry encoding, decoded
+// like any other (its Body is empty) — with f open on its file, the body
+// being bodyLen bytes at f's current offset. The caller closes f (a
+// response body stream does). f is nil for entries in memory and misses.
+// Only the fresh-hit path uses it: everything else takes GetVerified.
+func (c *Cache) GetVerifiedOrFile(dst, k []byte) (v []byte, verified bool, f *os.File, bodyLen int64) {
+	v, verified = c.s.getVerified(dst, k)
+	if len(v) > 0 || c.d == nil {
+		return v, verified, nil, 0
+	}
+	var e Entry
+	f, meta, off, n, ok := c.d.open(k, v[:0], cachekey.Digest(k), &e)
+	if !ok {
+		return meta[:0], false, nil, 0
+	}
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		f.Close()
+		c.d.fail("seek", err)
+		return meta[:0], false, nil, 0
+	}
+	return meta, true, f, n
+}
+
+// getDisk reads k's entry from the disk tier into dst.
+func (c *Cache) getDisk(dst, k []byte) ([]byte, bool) {
+	var e Entry
+	f, meta, off, n, ok := c.d.open(k, nil, cachekey.Digest(k), &e)
+	if !ok {
+		return dst[:0], false
+	}
+	defer f.Close()
+	encLen := n + int64(len(meta))
+	if encLen > int64(c.s.maxEntry) {
+		return dst[:0], false
+	}
+	if int64(cap(dst)) < encLen {
+		dst = make([]byte, 0, encLen)
+	}
+	dst = dst[:encLen]
+	if _, err := f.ReadAt(dst[:n], off); err != nil {
+		c.d.fail("read", err)
+		return dst[:0], false
+	}
+	// The body goes back before the meta, whose footer names it again.
+	copy(dst[n:], meta)
+	binary.LittleEndian.PutUint32(dst[encLen-footerLen+4:], uint32(n))
+	return dst, true
+}
+
+// Del deletes what is stored under k, in either tier.
+func (c *Cache) Del(k []byte) {
+	c.s.del(k)
+	if c.d != nil {
+		c.d.del(cachekey.Digest(k))
+	}
+}
+
+// DiskStats are the disk tier's counters; ok is false without one.
+func (c *Cache) DiskStats() (s DiskStats, ok bool) {
+	if c.d == nil {
+		return s, false
+	}
+	return c.d.stats(), true
+}
 
 // Vary is the marker a varying response's Put keeps under the primary
 // key: the Vary names, and the instant from which variants are valid.
@@ -105,25 +192,38 @@ type PutOptions struct {
 //
 // The check of what the key holds and the write are one step under the
 // key's stripe lock, so a write that lands between them cannot be
-// overwritten.
+// overwritten. The rule spans both tiers: a key is held by one of them,
+// and the entry compared is whichever holds it. An entry for the disk
+// tier is written to a temporary file (and fsynced) before the lock is
+// taken; the commit under the lock is a rename.
 func (c *Cache) Put(key, enc []byte, e *Entry, o PutOptions) bool {
 	if dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags); dead {
 		return false
 	}
-	mu := c.stripe(cachekey.Digest(key))
+	digest := cachekey.Digest(key)
+	var w *diskWrite
+	if c.d.takes(len(enc)) {
+		dw, err := c.d.write(key, enc)
+		if err != nil {
+			c.d.fail("write", err)
+		} else {
+			w = &dw
+		}
+	}
+	mu := c.stripe(digest)
 	mu.Lock()
 	defer mu.Unlock()
-	return c.putLocked(key, enc, e, o)
+	return c.putLocked(key, enc, e, o, w)
 }
 
 // putLocked is Put past the invalidation check; the caller holds key's
-// stripe lock.
-func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions) bool {
-	if o.IfAbsent {
-		if cur := c.s.get(nil, key); len(cur) > 0 {
-			return false
+// stripe lock. w, when not nil, is enc already written for the disk
+// tier: it is committed, or removed when the write is refused.
+func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite) bool {
+	if o.IfAbsent && c.holds(key) || !o.IfAbsent && c.newerStored(key, e.FetchSeq) {
+		if w != nil {
+			c.d.abort(*w)
 		}
-	} else if c.newerStored(key, e.FetchSeq) {
 		return false
 	}
 	if v := o.Vary; v != nil && len(v.Names) > 0 {
@@ -134,10 +234,56 @@ func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions) bool {
 		if len(curBuf) == 0 || DecodeEntry(curBuf, &cur) != nil || cur.Kind != KindVary || !sameVary(&cur, v.Names) {
 			marker := Entry{Kind: KindVary, StoredAt: v.At, KeyDigest: cachekey.Digest(v.Primary), FetchSeq: e.FetchSeq, URLDigest: e.URLDigest}
 			c.s.set(v.Primary, AppendEntry(nil, &marker, v.Names, nil))
+			if c.d != nil {
+				c.d.del(cachekey.Digest(v.Primary))
+			}
 		}
 	}
-	c.s.set(key, enc)
+	c.setLocked(key, enc, e, w)
 	return true
+}
+
+// setLocked writes enc under key in the tier it belongs to, and removes
+// it from the other (the caller holds key's stripe lock).
+func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) {
+	if c.d == nil {
+		c.s.set(key, enc)
+		return
+	}
+	digest := cachekey.Digest(key)
+	if w == nil && c.d.takes(len(enc)) {
+		// PutDerived's entries are written here, under the lock.
+		if dw, err := c.d.write(key, enc); err != nil {
+			c.d.fail("write", err)
+		} else {
+			w = &dw
+		}
+	}
+	if w != nil {
+		if err := c.d.commit(digest, *w, e); err != nil {
+			c.d.fail("rename", err)
+		} else {
+			c.s.del(key)
+			return
+		}
+	}
+	c.d.del(digest)
+	if len(enc) <= c.memMax {
+		c.s.set(key, enc)
+	}
+}
+
+// holds reports whether either tier holds an entry under key (callers
+// hold its stripe lock).
+func (c *Cache) holds(key []byte) bool {
+	if cur := c.s.get(nil, key); len(cur) > 0 {
+		return true
+	}
+	if c.d == nil {
+		return false
+	}
+	ok, _, _ := c.d.stored(cachekey.Digest(key))
+	return ok
 }
 
 // PutDerived returns the entry stored under key when it was derived from
@@ -151,7 +297,7 @@ func (c *Cache) PutDerived(key []byte, fetchSeq, storedAt int64, build func() ([
 	mu := c.stripe(digest)
 	mu.Lock()
 	defer mu.Unlock()
-	if b := c.s.get(nil, key); len(b) > 0 {
+	if b := c.Get(nil, key); len(b) > 0 {
 		var s Entry
 		if DecodeEntry(b, &s) == nil && s.KeyDigest == digest && s.FetchSeq == fetchSeq && s.StoredAt == storedAt {
 			return b, false, nil
@@ -166,7 +312,7 @@ func (c *Cache) PutDerived(key []byte, fetchSeq, storedAt int64, build func() ([
 		return nil, true, fmt.Errorf("cache: derived entry: %w", err)
 	}
 	if dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags); !dead {
-		c.putLocked(key, enc, &e, PutOptions{})
+		c.putLocked(key, enc, &e, PutOptions{}, nil)
 	}
 	return enc, true, nil
 }
@@ -179,7 +325,14 @@ func (c *Cache) stripe(digest uint64) *sync.Mutex { return &c.stripes[digest%uin
 func (c *Cache) newerStored(key []byte, seq int64) bool {
 	b := c.s.get(nil, key)
 	var cur Entry
-	return len(b) > 0 && DecodeEntry(b, &cur) == nil && cur.Kind != KindVary && cur.FetchSeq > seq
+	if len(b) > 0 {
+		return DecodeEntry(b, &cur) == nil && cur.Kind != KindVary && cur.FetchSeq > seq
+	}
+	if c.d == nil {
+		return false
+	}
+	ok, fetchSeq, vary := c.d.stored(cachekey.Digest(key))
+	return ok && !vary && fetchSeq > seq
 }
 
 func sameVary(e *Entry, vary [][]byte) bool {

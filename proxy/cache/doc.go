@@ -14,12 +14,35 @@
 // of the directory and nothing else):
 //
 //	cache.go       Cache, Open: store, invalidations and namespaces together;
-//	               Put (the write ordering), PutDerived, snapshots of all three
+//	               Put (the write ordering, across both tiers), PutDerived,
+//	               snapshots of all three
+//	disk.go        the disk tier: one self-checking file per large entry,
+//	               the index rebuilt by a scan at start, LRU eviction
 //	entry.go       the versioned cache entry codec
 //	entryage.go    an entry's age and freshness at a time
 //	store.go       fastcache, pieces for large entries, the writer's epoch, snapshots
 //	inval.go       invalidation ordering: one clock, URL and tag invalidations
 //	namespaces.go  route and tenant namespace versions (purge by namespace)
+//
+// Tiers: without a disk tier (Cache.OpenDisk) everything is in memory.
+// With one, an entry whose encoding is at least DiskMinEntry (256 KiB)
+// bytes and at most a quarter of the tier is written to disk, one file
+// per key, and everything else stays in fastcache. A key is held by one
+// tier at a time: Put removes it from the other under the key's stripe
+// lock, and newer-fetch-wins and IfAbsent compare with whichever tier
+// holds it (the index keeps each file's fetch sequence). A disk entry is
+// the same encoding as in memory, so lookups judge it with the same
+// fields (fetch sequence, URL digest, tags, namespace in the key) and
+// the same invalidation verdict. GetVerified reads a disk entry whole;
+// GetVerifiedOrFile returns its metadata and the open file, for a fresh
+// hit to send the body from the file. A failing disk (ENOSPC, EIO,
+// permissions) makes writes skip it for 30 s (entries go to memory when
+// they fit), logged and counted; reads of a failing file are misses.
+// After a restart the directory is scanned; its entries are kept only
+// when the invalidation table was loaded from beside the snapshot
+// (proxy requires cache.path with a disk tier), else they are removed;
+// a key both a file and the loaded snapshot hold (a snapshot saved before
+// a crash) keeps the newer fetch only.
 //
 // Invariants:
 //
