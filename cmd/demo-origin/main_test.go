@@ -233,6 +233,9 @@ func TestRate(t *testing.T) {
 	if len(r.body) != 300000 || r.header.Get("Content-Length") != "300000" {
 		t.Errorf("rate: %d bytes, Content-Length %q", len(r.body), r.header.Get("Content-Length"))
 	}
+	if sent, err := time.Parse(time.RFC3339Nano, r.header.Get("X-Origin-First-Byte")); err != nil || sent.Before(start) {
+		t.Errorf("X-Origin-First-Byte %q (%v), want the time sending began", r.header.Get("X-Origin-First-Byte"), err)
+	}
 	if r := get(t, srv, "/r?rate=0"); r.status != http.StatusBadRequest {
 		t.Errorf("rate=0: %d, want 400", r.status)
 	}

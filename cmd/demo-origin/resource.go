@@ -138,6 +138,10 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 	if !p.chunked {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
+	if p.rate > 0 {
+		// The body took a while to build: say when sending starts.
+		h.Set("X-Origin-First-Byte", time.Now().Format(timeLayout))
+	}
 	w.WriteHeader(p.status)
 	switch {
 	case slow:
