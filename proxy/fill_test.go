@@ -69,6 +69,9 @@ func newFillProxy(t *testing.T, originAddr string, edit func(*config.Config)) *P
 	return newTestProxy(t, originAddr, func(c *config.Config) {
 		c.Cache.Size = 64 << 20
 		c.Cache.MaxObjectSize = 8 << 20
+		// The origin's timeout bounds the whole fetch, body included:
+		// room for slow (-race, loaded) test machines.
+		c.Origins["o"].Timeout = 10 * time.Second
 		if edit != nil {
 			edit(c)
 		}
@@ -191,19 +194,19 @@ func TestStreamedFillFirstBytesBeforeOriginEnds(t *testing.T) {
 
 func TestStreamedFillFanOut(t *testing.T) {
 	const clients = 20
-	body := fillBody(4 << 20)
-	o := newSlowOrigin(t, body, 1<<20, false)
+	body := fillBody(2 << 20)
+	o := newSlowOrigin(t, body, 512<<10, false)
 	p := newFillProxy(t, o.addr(), nil)
 	addr := listen(t, p)
 
-	// The leader, then late joiners once 1 MiB has arrived: each starts
+	// The leader, then late joiners once 512 KiB has arrived: each starts
 	// from byte 0 and has its first bytes while the origin holds the rest.
 	cs := []*fillClient{openFill(t, addr, "/fan", 64<<10)}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range clients - 1 {
 		wg.Go(func() {
-			c := openFill(t, addr, "/fan", 512<<10)
+			c := openFill(t, addr, "/fan", 256<<10)
 			mu.Lock()
 			cs = append(cs, c)
 			mu.Unlock()
@@ -341,3 +344,70 @@ func TestSmallMissNotStreamed(t *testing.T) {
 type quietLogger struct{}
 
 func (quietLogger) Printf(string, ...any) {}
+
+// cache.wait_timeout bounds a waiter's wait for the first byte: one
+// attached to a fill that streams is followed to the end, however long
+// the body takes; one that waits for the fill to complete (a Range) is
+// still bounded by it.
+func TestStreamedFillWaitTimeoutIsFirstByte(t *testing.T) {
+	body := fillBody(2 << 20)
+	o := newSlowOrigin(t, body, 256<<10, false)
+	p := newFillProxy(t, o.addr(), func(c *config.Config) { c.Cache.WaitTimeout = 200 * time.Millisecond })
+	addr := listen(t, p)
+
+	leader := openFill(t, addr, "/wt", 1024)
+	waiter := openFill(t, addr, "/wt", 1024)
+	if leader.err != nil || waiter.err != nil {
+		t.Fatalf("first bytes: %v, %v", leader.err, waiter.err)
+	}
+	rg := openFill(t, addr, "/wt", 0, "Range: bytes=0-9")
+	if rg.err != nil || rg.resp.StatusCode != fasthttp.StatusGatewayTimeout {
+		t.Errorf("Range waiter past wait_timeout: %v %+v, want 504", rg.err, rg.resp)
+	} else {
+		_ = rg.resp.Body.Close()
+	}
+	time.Sleep(300 * time.Millisecond) // past wait_timeout, the body still arriving
+	o.hold.open()
+	for name, c := range map[string]*fillClient{"leader": leader, "waiter": waiter} {
+		if got, err := c.rest(); err != nil || !bytes.Equal(got, body) {
+			t.Errorf("%s: %d bytes, %v; want the whole body", name, len(got), err)
+		}
+	}
+}
+
+// An invalidation of the URL while its fill streams: the fill is not
+// stored, and a request after the invalidation does not join it.
+func TestStreamedFillOvertakenByInvalidation(t *testing.T) {
+	body := fillBody(2 << 20)
+	o := newSlowOrigin(t, body, 256<<10, false)
+	p := newFillProxy(t, o.addr(), nil)
+	addr := listen(t, p)
+
+	leader := openFill(t, addr, "/inv", 1024)
+	if leader.err != nil {
+		t.Fatal(leader.err)
+	}
+	ctx := get(t, "/inv")
+	sc := &scratch{}
+	rt := p.rt.Load()
+	rte := rt.routes[rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal()).Index]
+	sc.key = rte.appendKey(nil, ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, nil))
+	p.cache.Invalidations().InvalidateURL(sc.urlDigest(), false)
+
+	// Joins the flight, sees its answer is older than the invalidation,
+	// and fetches on its own (the origin's second request).
+	late := make(chan *fillClient)
+	go func() { late <- openFill(t, addr, "/inv", 1024) }()
+	waitUntil(t, "the late request reaches the origin", func() bool { return o.hits.Load() == 2 })
+	o.hold.open()
+	if got, err := leader.rest(); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("leader: %d bytes, %v; want the whole body (its request preceded the invalidation)", len(got), err)
+	}
+	c := <-late
+	if got, err := c.rest(); err != nil || !bytes.Equal(got, body) {
+		t.Errorf("late: %d bytes, %v", len(got), err)
+	}
+	if n := p.g.overtaken.Get(); n != 1 {
+		t.Errorf("overtaken = %d, want 1 (the leader's fill)", n)
+	}
+}
