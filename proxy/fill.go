@@ -32,6 +32,8 @@ import (
 // ends early, or fails, is not stored, and its readers get an error: the
 // response was sent with the origin's Content-Length, so the client's
 // connection closes short of it, never a short body presented as whole.
+// The head having gone out, a stale copy can no longer stand in for it
+// (stale-if-error covers failures before the head, and error answers).
 // Readers get the last byte only once the fill is complete and stored,
 // so a client holding the whole body finds it cached.
 //
