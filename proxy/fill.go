@@ -42,10 +42,10 @@ import (
 // turn out larger than max_object_size halfway, and the clients reading
 // it would be cut off; it is read whole first as before. Requests the
 // stream cannot answer as the body arrives — a Range, a coding other
-// than identity on a compressing route — wait for the fill to complete
-// and are answered from the stored entry (a waiter still under its
-// cache.wait_timeout). HEAD and conditional requests are answered from
-// the head at once. Error answers (5xx, and 429 on a stale_on_429 route)
+// than identity for an answer the route compresses — wait for the fill
+// to complete and are answered from the stored entry (a waiter still
+// under its cache.wait_timeout). HEAD and conditional requests are
+// answered from the head at once. Error answers (5xx, and 429 on a stale_on_429 route)
 // are never streamed: the stale rules decide on them.
 
 // streamFillMin is the smallest Content-Length a cacheable miss streams.
@@ -73,6 +73,9 @@ type fill struct {
 	status int    // the origin's status
 	head   []byte // the entry's encoding with an empty body: what readers answer with
 	key    []byte // the key the entry is stored under (primary or variant)
+	// coded: the route compresses this answer (coded siblings are made
+	// once it is stored), so a client wanting a coding waits for them.
+	coded bool
 	// complete is closed once state is no longer fillRunning and entry
 	// (stored or unshared) or fail (failed) are set.
 	complete chan struct{}
@@ -216,7 +219,8 @@ func (p *Proxy) startFill(f *originFetch, resp *fasthttp.Response, l upstream.Le
 		LastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
-	if rte.comp != nil && rte.comp.headersEligible(status, size, headers) {
+	coded := rte.comp != nil && rte.comp.headersEligible(status, size, headers)
+	if coded {
 		headers = withVaryAE(headers) // what a client gets depends on its Accept-Encoding
 	}
 	key := storeKey(f.primary, &f.req.Header, vary)
@@ -224,7 +228,7 @@ func (p *Proxy) startFill(f *originFetch, resp *fasthttp.Response, l upstream.Le
 	head := cache.AppendEntry(nil, &e, vary, headers)
 	// The meta appended after the body is the head's (it does not
 	// depend on the body): room for it now, so the entry is the buffer.
-	fl := &fill{size: size, status: status, head: head, key: key, complete: make(chan struct{}), buf: make([]byte, size, size+len(head))}
+	fl := &fill{size: size, status: status, head: head, key: key, coded: coded, complete: make(chan struct{}), buf: make([]byte, size, size+len(head))}
 	fl.cond.L = &fl.mu
 	j := &fillJob{p: p, fl: fl, flight: f.flight, rte: rte, resp: resp, lease: l, e: e, vary: vary, headers: headers,
 		primary: bytes.Clone(f.primary), respTime: respTime}
@@ -307,11 +311,11 @@ func (j *fillJob) read() error {
 	return errors.New("proxy: body does not end at its Content-Length")
 }
 
-// fillStreamable reports whether the request can be answered from a fill
-// as its body arrives: not a Range, and identity unless the route does
-// not compress (those wait for the stored entry).
-func fillStreamable(ctx *fasthttp.RequestCtx, sc *scratch, rte *route) bool {
-	return len(ctx.Request.Header.PeekCanonical(hRange)) == 0 && (sc.coding == codingIdentityIdx || rte.comp == nil)
+// fillStreamable reports whether the request can be answered from fl as
+// its body arrives: not a Range, and identity unless the answer is not
+// one the route compresses (those wait for the stored entry).
+func fillStreamable(ctx *fasthttp.RequestCtx, sc *scratch, fl *fill) bool {
+	return len(ctx.Request.Header.PeekCanonical(hRange)) == 0 && (sc.coding == codingIdentityIdx || !fl.coded)
 }
 
 // answerFill answers ctx from the fill fl: as its body arrives when the
@@ -321,7 +325,7 @@ func fillStreamable(ctx *fasthttp.RequestCtx, sc *scratch, rte *route) bool {
 // from the head at once. res is what a served answer counts as.
 func (p *Proxy) answerFill(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, fl *fill, timeout <-chan time.Time, staleCopy []byte, cs cacheStatus, res result) result {
 	waiter := timeout != nil
-	if fillStreamable(ctx, sc, rte) {
+	if fillStreamable(ctx, sc, fl) {
 		var e cache.Entry
 		_ = cache.DecodeEntry(fl.head, &e) // encoded by startFill
 		p.serveShared(ctx, &e, e.Age(time.Now()), cs)

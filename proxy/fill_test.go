@@ -38,10 +38,16 @@ type slowOrigin struct {
 
 func newSlowOrigin(t *testing.T, body []byte, head int, cut bool) *slowOrigin {
 	t.Helper()
+	return newSlowOriginType(t, body, head, cut, "application/octet-stream")
+}
+
+// newSlowOriginType is newSlowOrigin answering Content-Type ctype.
+func newSlowOriginType(t *testing.T, body []byte, head int, cut bool, ctype string) *slowOrigin {
+	t.Helper()
 	so := &slowOrigin{hold: newGate(t)}
 	so.testOrigin = newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")
-		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Type", ctype)
 		w.Header().Set("ETag", `"v1"`)
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		_, _ = w.Write(body[:head])
@@ -409,5 +415,63 @@ func TestStreamedFillOvertakenByInvalidation(t *testing.T) {
 	}
 	if n := p.g.overtaken.Get(); n != 1 {
 		t.Errorf("overtaken = %d, want 1 (the leader's fill)", n)
+	}
+}
+
+// On a compressing route, a client that wants a coding streams an answer
+// the route does not compress, and waits for the coded sibling of one it
+// does.
+func TestStreamedFillCompressRoute(t *testing.T) {
+	body := fillBody(2 << 20)
+	for _, tt := range []struct {
+		ctype    string
+		streamed bool
+	}{
+		{"image/png", true},
+		{"text/plain", false},
+	} {
+		t.Run(tt.ctype, func(t *testing.T) {
+			o := newSlowOriginType(t, body, 256<<10, false, tt.ctype)
+			p := newFillProxy(t, o.addr(), func(c *config.Config) {
+				c.Routes[0].Compress.Codings = []string{"gzip"}
+				c.Routes[0].Cache.AcceptEncoding = nil
+			})
+			addr := listen(t, p)
+			leader := openFill(t, addr, "/c", 1024)
+			if leader.err != nil {
+				t.Fatal(leader.err)
+			}
+			coded := make(chan *fillClient, 1)
+			go func() { coded <- openFill(t, addr, "/c", 0, "Accept-Encoding: gzip") }()
+			var c *fillClient
+			select {
+			case c = <-coded:
+				if !tt.streamed {
+					t.Fatal("a coded answer came before the fill completed")
+				}
+			case <-time.After(200 * time.Millisecond):
+				if tt.streamed {
+					t.Fatal("no head for the gzip client while the fill streams an uncompressed type")
+				}
+			}
+			o.hold.open()
+			if c == nil {
+				c = <-coded
+			}
+			got, err := c.rest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ce := c.resp.Header.Get("Content-Encoding")
+			if tt.streamed != (ce == "") {
+				t.Errorf("Content-Encoding %q", ce)
+			}
+			if dec := decodeBody(t, ce, got); dec != string(body) {
+				t.Errorf("gzip client: body decodes to %d bytes, want the origin's %d", len(dec), len(body))
+			}
+			if got, err := leader.rest(); err != nil || !bytes.Equal(got, body) {
+				t.Errorf("leader: %d bytes, %v", len(got), err)
+			}
+		})
 	}
 }
