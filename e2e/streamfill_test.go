@@ -163,3 +163,55 @@ func procStatus(t *testing.T, pid int, field string) int64 {
 	t.Fatalf("no %s in /proc/%d/status", field, pid)
 	return 0
 }
+
+// TestStreamedFillHTTP2: a streamed fill reaches HTTP/2 clients too (one
+// connection, concurrent streams): one origin fetch, identical bodies
+// with their Content-Length, then a hit.
+func TestStreamedFillHTTP2(t *testing.T) {
+	h := newH2Env(t, false, with(func(c *config.Config) {
+		// fastcache splits its size over 512 buckets: 3 MiB of 32 KiB
+		// pieces needs more than the 64 KiB each a 32 MiB cache has.
+		c.Cache.Size = 256 * config.MiB
+		c.Cache.MaxObjectSize = 4 * config.MiB
+	}))
+	c := h.client()
+	defer c.CloseIdleConnections()
+	const size = 3 << 20
+	u := h.base() + target("/h2fill", "size", strconv.Itoa(size), "rate", strconv.Itoa(6<<20))
+	sums := make([][32]byte, 5)
+	errs := make([]error, len(sums))
+	var wg sync.WaitGroup
+	for i := range sums {
+		wg.Go(func() {
+			resp, err := c.Get(u)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil && (resp.ProtoMajor != 2 || len(b) != size || resp.ContentLength != size) {
+				err = fmt.Errorf("%s, %d bytes, Content-Length %d", resp.Proto, len(b), resp.ContentLength)
+			}
+			errs[i], sums[i] = err, sha256.Sum256(b)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil || sums[i] != sums[0] {
+			t.Fatalf("client %d: %v (same body as client 0: %v)", i, err, sums[i] == sums[0])
+		}
+	}
+	if got := h.stats().ByPath["/h2fill"]; got != 1 {
+		t.Errorf("origin fetches = %d, want 1", got)
+	}
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !parseCacheStatus(resp.Header).hit || sha256.Sum256(b) != sums[0] {
+		t.Errorf("after the fill: Cache-Status %q, same body %v; want a hit", resp.Header.Get("Cache-Status"), sha256.Sum256(b) == sums[0])
+	}
+}
