@@ -475,3 +475,43 @@ func TestStreamedFillCompressRoute(t *testing.T) {
 		})
 	}
 }
+
+// A stale-while-revalidate refresh of a large object is a streamed fill
+// too, run in the background: the stale copy is served, the refreshed
+// one stored.
+func TestStreamedFillBackgroundRefresh(t *testing.T) {
+	body := fillBody(2 << 20)
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=1, stale-while-revalidate=60")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		b := bytes.Clone(body)
+		b[0] = byte(n)
+		_, _ = w.Write(b)
+	})
+	p := newFillProxy(t, o.addr(), nil)
+	addr := listen(t, p)
+	get1 := func() (*fillClient, []byte) {
+		c := openFill(t, addr, "/swr", 1)
+		got, err := c.rest()
+		if err != nil || len(got) != len(body) {
+			t.Fatalf("%d bytes, %v", len(got), err)
+		}
+		return c, got
+	}
+	if _, b := get1(); b[0] != 1 {
+		t.Fatalf("first answer from origin answer %d", b[0])
+	}
+	time.Sleep(1100 * time.Millisecond)
+	c, b := get1()
+	if b[0] != 1 || !strings.Contains(c.resp.Header.Get("Cache-Status"), "stale-while-revalidate") {
+		t.Fatalf("stale answer: origin answer %d, Cache-Status %q", b[0], c.resp.Header.Get("Cache-Status"))
+	}
+	waitUntil(t, "the background fill ends", func() bool { return o.hits.Load() == 2 && p.fl.inFlight() == 0 })
+	c, b = get1()
+	if b[0] != 2 || !strings.Contains(c.resp.Header.Get("Cache-Status"), "hit") {
+		t.Errorf("after the refresh: origin answer %d, Cache-Status %q; want a hit on answer 2", b[0], c.resp.Header.Get("Cache-Status"))
+	}
+	if n := p.g.streamedFills.Get(); n != 2 {
+		t.Errorf("streamed fills = %d, want 2", n)
+	}
+}
