@@ -25,6 +25,7 @@ const (
 	flightShared      resultKind = iota + 1 // entry holds a storable response
 	flightUnshareable                       // waiters fetch on their own
 	flightFailed                            // origin failed: waiters answer status
+	flightFilling                           // fill streams the body: waiters read it (fill.go)
 )
 
 // flight is one fetch in progress.
@@ -37,6 +38,7 @@ type flight struct {
 	// Written by the leader before done is closed; read only after.
 	kind       resultKind
 	entry      []byte        // encoded entry (read-only, shared by all waiters)
+	fill       *fill         // for flightFilling: the streamed fill
 	key        []byte        // key the entry was stored under (primary or variant)
 	status     int           // for flightFailed
 	detail     string        // for flightFailed: Cache-Status detail
@@ -75,15 +77,26 @@ func (fs *flights) join(key []byte, digest uint64) (f *flight, leader bool) {
 
 // finish removes the flight and wakes its waiters. The leader must have
 // set the result fields first; a leader that never set them (a panic)
-// leaves kind zero, which waiters treat as unshareable.
+// leaves kind zero, which waiters treat as unshareable. A streamed fill
+// (flightFilling) has woken them already and stays joinable until it
+// ends: the fill removes it then (fill.go).
 func (fs *flights) finish(f *flight) {
+	if f.kind == flightFilling {
+		return
+	}
+	fs.remove(f)
+	close(f.done)
+}
+
+// remove takes the flight out of the set: requests from now on start
+// another (or, the entry being stored, hit).
+func (fs *flights) remove(f *flight) {
 	s := f.shard
 	s.mu.Lock()
 	if s.m[f.mapKey] == f {
 		delete(s.m, f.mapKey)
 	}
 	s.mu.Unlock()
-	close(f.done)
 }
 
 // inFlight counts flights (for tests and metrics).

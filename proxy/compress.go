@@ -220,8 +220,9 @@ func (c *compression) entryEligible(e *cache.Entry) bool {
 	return c.eligible(e.Status, len(e.Body), ct, ce, cc)
 }
 
-// headersEligible is eligible for a header list about to be stored.
-func (c *compression) headersEligible(status int, body []byte, hs []cache.Header) bool {
+// headersEligible is eligible for a header list about to be stored with
+// a body of size bytes.
+func (c *compression) headersEligible(status, size int, hs []cache.Header) bool {
 	var ct, ce, cc []byte
 	for _, h := range hs {
 		switch {
@@ -233,7 +234,7 @@ func (c *compression) headersEligible(status int, body []byte, hs []cache.Header
 			cc = h.Value
 		}
 	}
-	return c.eligible(status, len(body), ct, ce, cc)
+	return c.eligible(status, size, ct, ce, cc)
 }
 
 // withVaryAE returns hs with Accept-Encoding added to its Vary (merged

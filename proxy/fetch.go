@@ -26,6 +26,7 @@ const (
 	ansStream                            // larger than max_object_size: resp streams, body is its start
 	ansOriginError                       // origin answered 5xx (or 429 on a stale_on_429 route)
 	ansFailed                            // no answer: transport error, timeout, breaker, budget
+	ansFilling                           // storable and large: fill streams the body as it arrives (fill.go)
 )
 
 // answer is the outcome of fetchOrigin. It does not reference the
@@ -47,6 +48,7 @@ type answer struct {
 	noShare bool
 	seq     int64          // the fetch's invalidation clock value
 	lease   upstream.Lease // ansStream: the origin budget slot, held until the body is relayed
+	fill    *fill          // ansFilling: owns the origin response and budget slot
 }
 
 // failure says why a fetch gave no answer, and what shield answers
@@ -96,6 +98,9 @@ type originFetch struct {
 	// client gets the origin's 103 Early Hints (nil: nobody does;
 	// httpx/earlyhints.go).
 	client *fasthttp.RequestCtx
+	// flight is the flight the fetch leads (nil: none); a streamed fill
+	// removes it when it ends (fill.go).
+	flight *flight
 }
 
 // fetchOrigin fetches for the cache, stores what may be stored and says
@@ -134,6 +139,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 			return a
 		}
 	}
+	if fl := p.startFill(f, resp, l, seq, reqTime, fromPrev, prevTags); fl != nil {
+		return answer{kind: ansFilling, fill: fl}
+	}
 	body, a, done := readFetched(f, resp, l)
 	if done {
 		return a
@@ -160,7 +168,7 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		Body:         body,
 	}
 	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
-	if rte.comp != nil && rte.comp.headersEligible(status, body, headers) {
+	if rte.comp != nil && rte.comp.headersEligible(status, len(body), headers) {
 		headers = withVaryAE(headers) // what a client gets depends on its Accept-Encoding
 	}
 	fasthttp.ReleaseResponse(resp)
@@ -268,6 +276,11 @@ func publish(f *flight, a *answer) {
 			return
 		}
 		f.kind, f.entry, f.key = flightShared, a.entry, a.key
+	case ansFilling:
+		// Waiters are answered from the fill as it streams: done is
+		// closed now, the flight stays joinable until the fill ends.
+		f.kind, f.fill, f.key = flightFilling, a.fill, a.fill.key
+		close(f.done)
 	case ansOriginError, ansFailed:
 		f.kind, f.status, f.detail, f.retryAfter = flightFailed, a.fail.status, a.fail.detail, a.fail.retryAfter
 		if a.kind == ansOriginError {
@@ -315,10 +328,13 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 	}
 	p.g.waiters.Inc()
 	p.g.waiting.Add(1)
+	// The timer bounds the wait for the first byte: a fill that streams
+	// is followed to its end, a request that waits for a fill to
+	// complete (answerFill) is still bounded by it.
 	t := time.NewTimer(rt.waitFor)
+	defer t.Stop()
 	select {
 	case <-f.done:
-		t.Stop()
 		p.g.waiting.Add(-1)
 	case <-t.C:
 		p.g.waiting.Add(-1)
@@ -327,9 +343,13 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 		return p.failed(ctx, rte, p.decodeStale(staleCopy, ctx.Time()), fl, cacheStatus{fwd: fwd, collapsed: true, detail: "wait-timeout"})
 	}
 	switch f.kind {
-	case flightShared:
+	case flightShared, flightFilling:
 		var e cache.Entry
-		if cache.DecodeEntry(f.entry, &e) != nil || !p.cache.Invalidations().Apply(&e) {
+		enc := f.entry
+		if f.kind == flightFilling {
+			enc = f.fill.head // the entry's head: its body is still arriving
+		}
+		if cache.DecodeEntry(enc, &e) != nil || !p.cache.Invalidations().Apply(&e) {
 			// Invalidated after the leader's fetch started: not ours.
 			return p.fetch(ctx, rt, rte, sc, nil, staleCopy, fwd)
 		}
@@ -340,6 +360,9 @@ func (p *Proxy) wait(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc
 			if !bytes.Equal(sc.vkey, f.key) {
 				return p.miss(ctx, rt, rte, sc, staleCopy, "vary-miss")
 			}
+		}
+		if f.kind == flightFilling {
+			return p.answerFill(ctx, rt, rte, sc, f.fill, t.C, staleCopy, cacheStatus{fwd: fwd, collapsed: true}, resCollapsed)
 		}
 		age := e.Age(ctx.Time())
 		p.serveSharedCoded(ctx, sc, rte, &e, f.key, age, cacheStatus{fwd: fwd, collapsed: true})
@@ -376,7 +399,7 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 	buildUpstream(req, ctx, rte, true, sc.fromPeer, rt.trusts(ctx), se)
 	hasAuth := len(ctx.Request.Header.PeekBytes(hAuthorization)) > 0
 	a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, tenant: sc.tenant, req: req, stale: se, primary: sc.key, flightKey: sc.flightKey(),
-		urlDigest: sc.urlDigest(), hasAuth: hasAuth, prev: sc.prevOwner, tid: sc.tid, client: ctx})
+		urlDigest: sc.urlDigest(), hasAuth: hasAuth, prev: sc.prevOwner, tid: sc.tid, client: ctx, flight: f})
 	publish(f, &a)
 	now := time.Now()
 	switch a.kind {
@@ -395,6 +418,8 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		p.serveSharedCoded(ctx, sc, rte, &e, a.key, age, cacheStatus{fwd: fwd, fwdStatus: e.Status, stored: true})
 		sc.peerTags(&ctx.Response, &e)
 		return resMiss
+	case ansFilling:
+		return p.answerFill(ctx, rt, rte, sc, a.fill, nil, staleCopy, cacheStatus{fwd: fwd, fwdStatus: a.fill.status, stored: true}, resMiss)
 	case ansUnstorable:
 		if !hasAuth {
 			// A request-side reason not to store (Authorization) says
@@ -500,7 +525,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		if p.bg.ctx.Err() != nil {
 			return
 		}
-		a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, req: req, stale: se, primary: primary, flightKey: flightKey, urlDigest: urlDigest, hasAuth: hasAuth})
+		a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, req: req, stale: se, primary: primary, flightKey: flightKey, urlDigest: urlDigest, hasAuth: hasAuth, flight: f})
 		publish(f, &a)
 		if (a.kind == ansUnstorable && !hasAuth) || a.kind == ansStream {
 			p.writeHitForMiss(rt, flightKey, a.seq, time.Now())
@@ -516,21 +541,10 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 // invalidation of its URL or tags came after its fetch started, or the
 // key holds an answer whose fetch started later.
 func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cache.Entry, vary [][]byte, headers []cache.Header, respTime time.Time) (enc, key []byte, stored bool) {
-	key = bytes.Clone(primary)
-	for _, name := range vary {
-		key = cachekey.AppendVary(key, name, h.PeekBytes(name))
-	}
+	key = storeKey(primary, h, vary)
 	e.KeyDigest = cachekey.Digest(key)
 	enc = cache.AppendEntry(nil, e, vary, headers)
-	var o cache.PutOptions
-	if len(vary) > 0 {
-		o.Vary = &cache.Vary{Primary: primary, Names: vary, At: respTime.UnixNano()}
-	}
-	if !p.cache.Put(key, enc, e, o) {
-		p.g.overtaken.Inc()
-		return enc, key, false
-	}
-	return enc, key, true
+	return enc, key, p.putResponse(primary, key, enc, e, vary, respTime)
 }
 
 // refresh handles a 304 to our conditional request: the stored body is
@@ -541,7 +555,7 @@ func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cach
 // no-store) is the requester's alone too.
 func (p *Proxy) refresh(rte *route, se *cache.Entry, resp *fasthttp.Response, key []byte, seq int64, reqTime, respTime time.Time, hasAuth bool) answer {
 	merged, private := mergeHeaders(se, resp, respTime, rte)
-	if rte.comp != nil && rte.comp.headersEligible(se.Status, se.Body, merged) {
+	if rte.comp != nil && rte.comp.headersEligible(se.Status, len(se.Body), merged) {
 		merged = withVaryAE(merged) // a Vary in the 304 replaced the stored one
 	}
 	// Freshness is computed from the merged field set, as if the stored

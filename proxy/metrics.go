@@ -89,6 +89,8 @@ type globalMetrics struct {
 	purgesDropped    *metrics.Counter // queued purges given up on (the peer syncs them)
 	invalidations    *metrics.Counter
 	streamed         *metrics.Counter // responses too big to store, streamed through
+	streamedFills    *metrics.Counter // misses streamed to their clients as they arrived (fill.go)
+	fillFailures     *metrics.Counter // streamed fills whose body failed (not stored)
 	compressed       *metrics.Counter // bodies compressed by shield (routes[].compress)
 	purges           *metrics.Counter
 	reloads          *metrics.Counter
@@ -115,6 +117,8 @@ func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
 		purgesDropped:    s.NewCounter(`shield_purge_queue_dropped_total`),
 		invalidations:    s.NewCounter(`shield_cache_invalidations_total`),
 		streamed:         s.NewCounter(`shield_origin_streamed_responses_total`),
+		streamedFills:    s.NewCounter(`shield_cache_streamed_fills_total`),
+		fillFailures:     s.NewCounter(`shield_cache_streamed_fill_failures_total`),
 		compressed:       s.NewCounter(`shield_compressed_bodies_total`),
 		purges:           s.NewCounter(`shield_purges_total`),
 		reloads:          s.NewCounter(`shield_config_reloads_total`),

@@ -221,6 +221,26 @@ func TestChunked(t *testing.T) {
 	}
 }
 
+// rate= paces the body: 300,000 bytes at 1,000,000 bytes/s take about
+// 0.3 s, and arrive whole, with their Content-Length.
+func TestRate(t *testing.T) {
+	_, srv := testOrigin(t)
+	start := time.Now()
+	r := get(t, srv, "/r?size=300000&rate=1000000")
+	if el := time.Since(start); el < 250*time.Millisecond {
+		t.Errorf("rate=1000000: 300000 bytes in %v, want about 0.3s", el)
+	}
+	if len(r.body) != 300000 || r.header.Get("Content-Length") != "300000" {
+		t.Errorf("rate: %d bytes, Content-Length %q", len(r.body), r.header.Get("Content-Length"))
+	}
+	if sent, err := time.Parse(time.RFC3339Nano, r.header.Get("X-Origin-First-Byte")); err != nil || sent.Before(start) {
+		t.Errorf("X-Origin-First-Byte %q (%v), want the time sending began", r.header.Get("X-Origin-First-Byte"), err)
+	}
+	if r := get(t, srv, "/r?rate=0"); r.status != http.StatusBadRequest {
+		t.Errorf("rate=0: %d, want 400", r.status)
+	}
+}
+
 func TestVaryEcho(t *testing.T) {
 	_, srv := testOrigin(t)
 	r := do(t, srv, http.MethodGet, "/v?vary=Accept-Language,X-Absent", map[string]string{"Accept-Language": "fr-CH"})

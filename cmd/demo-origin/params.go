@@ -18,6 +18,7 @@ const defaultCacheControl = "public, max-age=60"
 const (
 	maxDelay = time.Minute
 	maxSize  = 64 << 20
+	maxRate  = 1 << 30
 	// Interim heads: enough to flood a proxy (10,000 × 64 KiB), bounded.
 	maxHints   = 10000
 	maxHintPad = 64 << 10
@@ -37,6 +38,7 @@ type params struct {
 	expires      time.Duration
 	setExpires   bool
 	chunked      bool
+	rate         int           // bytes per second the body is sent at (0: at once)
 	cdnCC        string        // CDN-Cache-Control value (RFC 9213), "" for none
 	dateAgo      time.Duration // Date this long before now
 	setDateAgo   bool
@@ -93,6 +95,11 @@ func parseParams(q url.Values) (params, error) {
 	p.etag = q.Get("etag") == "1"
 	p.lastModified = q.Get("lm") == "1"
 	p.chunked = q.Get("chunked") == "1"
+	if v := q.Get("rate"); v != "" {
+		if p.rate, err = intIn(v, 1, maxRate); err != nil {
+			return p, fmt.Errorf("rate: %w", err)
+		}
+	}
 	if v := q.Get("hints"); v != "" {
 		if p.earlyHints, err = intIn(v, 0, maxHints); err != nil {
 			return p, fmt.Errorf("hints: %w", err)

@@ -138,10 +138,16 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 	if !p.chunked {
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
+	if p.rate > 0 {
+		// The body took a while to build: say when sending starts.
+		h.Set("X-Origin-First-Byte", time.Now().Format(timeLayout))
+	}
 	w.WriteHeader(p.status)
 	switch {
 	case slow:
 		o.dribble(w, r, body)
+	case p.rate > 0:
+		writePaced(w, r, body, p.rate)
 	case p.chunked:
 		writePieces(w, body)
 	default:
@@ -248,6 +254,30 @@ func writePieces(w http.ResponseWriter, body []byte) {
 			return
 		}
 		body = body[k:]
+	}
+}
+
+// writePaced writes body at rate bytes per second: flushed pieces of at
+// most maxPiece bytes (a tenth of a second's worth when less), each sent
+// once the time the bytes before it take at that rate has passed. A
+// client that goes away ends it.
+func writePaced(w http.ResponseWriter, r *http.Request, body []byte, rate int) {
+	rc := http.NewResponseController(w)
+	piece := min(maxPiece, max(1, rate/10))
+	start := time.Now()
+	for sent := 0; sent < len(body); {
+		due := start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
+		if d := time.Until(due); d > 0 && !waitFor(r, d) {
+			return
+		}
+		k := min(piece, len(body)-sent)
+		if _, err := w.Write(body[sent : sent+k]); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		sent += k
 	}
 }
 

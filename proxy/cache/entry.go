@@ -129,8 +129,16 @@ type Header struct{ Name, Value []byte }
 // AppendEntry encodes e (its body, validators and timing fields) with the
 // given vary names and headers, appending to dst.
 func AppendEntry(dst []byte, e *Entry, vary [][]byte, headers []Header) []byte {
-	start := len(dst)
-	dst = append(dst, e.Body...)
+	return AppendEntryAfterBody(append(dst, e.Body...), e, vary, headers)
+}
+
+// AppendEntryAfterBody is AppendEntry for a body already in place: e.Body
+// must be the last len(e.Body) bytes of dst, and only the meta and footer
+// are appended. A body read straight into its entry's buffer (a streamed
+// fill, proxy's fill.go) is so not copied again; bytes before it are not
+// written, so readers of the body may go on reading it meanwhile.
+func AppendEntryAfterBody(dst []byte, e *Entry, vary [][]byte, headers []Header) []byte {
+	start := len(dst) - len(e.Body)
 	metaStart := len(dst)
 	dst = append(dst, 'S', 'H', 'E', entryVersion, byte(e.Kind))
 	dst = binary.LittleEndian.AppendUint16(dst, uint16(e.Status))
