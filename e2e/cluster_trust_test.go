@@ -61,7 +61,10 @@ func TestClusterPurgeWhileDownNotServedAfterRestart(t *testing.T) {
 // POSTs through random nodes and membership changes (a node leaves, a new
 // one joins), and checks that no GET that started after an invalidation
 // of its path completed is answered with a version the origin produced
-// before that invalidation began (the demo origin counts per path).
+// before that invalidation began (the demo origin counts per path). An
+// invalidation is complete when its purge answer names no peer pending
+// (README: the answer waits at most 500 ms, the rest is delivered in the
+// background).
 func TestClusterRandomInvalidations(t *testing.T) {
 	t.Parallel()
 	ce := newClusterEnv(t, 3)
@@ -72,6 +75,8 @@ func TestClusterRandomInvalidations(t *testing.T) {
 		floor [paths]atomic.Int64
 		gets  atomic.Int64
 		bad   atomic.Int64
+		// pendingPurges counts purges answered with peers pending.
+		pendingPurges atomic.Int64
 	)
 	pick := func(r *rand.Rand) *clusterNode {
 		mu.Lock()
@@ -126,14 +131,32 @@ func TestClusterRandomInvalidations(t *testing.T) {
 					if err != nil {
 						continue
 					}
-					var res result
-					if op < 9 {
-						res, err = doHTTP(ce.e.client, http.MethodPost, "http://"+n.cfg.Admin+"/purge?url="+url.QueryEscape("http://"+clusterHost+path))
-					} else {
-						res, err = doHTTP(ce.e.client, http.MethodPost, "http://"+n.cfg.Listen+path, "Host", clusterHost)
+					if op == 9 {
+						// A successful POST invalidates its URL everywhere too,
+						// but its answer cannot say whether every peer has
+						// the invalidation yet (delivery waits at most 500 ms,
+						// then goes on in the background): it adds traffic,
+						// not a floor.
+						_, _ = doHTTP(ce.e.client, http.MethodPost, "http://"+n.cfg.Listen+path, "Host", clusterHost)
+						continue
 					}
+					res, err := doHTTP(ce.e.client, http.MethodPost, "http://"+n.cfg.Admin+"/purge?url="+url.QueryEscape("http://"+clusterHost+path))
 					if err != nil || res.status != http.StatusOK {
 						continue // the node was leaving: no invalidation to hold it to
+					}
+					var ans struct {
+						Pending []string `json:"pending"`
+					}
+					if json.Unmarshal(res.body, &ans) != nil {
+						t.Errorf("purge answer %s: not the documented JSON", res)
+						continue
+					}
+					if len(ans.Pending) > 0 {
+						// Answered before every peer had it (README: the
+						// rest get it in the background): complete on the
+						// peers it names only, so no floor for the cluster.
+						pendingPurges.Add(1)
+						continue
 					}
 					for {
 						cur := floor[i].Load()
@@ -170,7 +193,7 @@ func TestClusterRandomInvalidations(t *testing.T) {
 	if bad.Load() > 0 {
 		t.Fatalf("%d of %d GETs answered with a version older than a completed invalidation", bad.Load(), gets.Load())
 	}
-	t.Logf("%d GETs checked", gets.Load())
+	t.Logf("%d GETs checked; %d purges answered with peers pending (no floor)", gets.Load(), pendingPurges.Load())
 }
 
 // TestClusterReadThroughAfterWrite: inside the overlap window after a
