@@ -188,6 +188,11 @@ type Options struct {
 	// Dial, when set, opens connections to peers instead of TCP (and
 	// TLS): tests run a cluster over in-memory listeners with it.
 	Dial func(addr string) (net.Conn, error)
+	// Transport is how forwarded GET and HEAD requests reach their
+	// owner: "http" (one HTTP/1.1 exchange per connection at a time) or
+	// "mux" (persistent multiplexed connections, mux.go; a peer that
+	// does not speak it is reached over HTTP). Empty: "http".
+	Transport string
 	// DynamicMembership (Consul): nodes learn of each other at different
 	// instants, so each pulls its peers' purge logs and serves nothing
 	// from its cache until it is in sync with every peer (purgesync.go).
@@ -204,6 +209,7 @@ type peerTable struct {
 type Peer struct {
 	id       string
 	hc       *fasthttp.HostClient
+	mux      *muxClient // nil: forwarded requests go over HTTP
 	skip     peerSkip // skips a failing peer for a while
 	outcomes [numPeerOutcomes]*metrics.Counter
 }
@@ -340,7 +346,26 @@ func (c *Node) viewChanged(v *routing.View) {
 		}
 	}
 	c.peers.Store(t)
+	// A peer gone from both views keeps no multiplexed connection.
+	for _, pc := range c.clients {
+		if pc.mux != nil && t.byID[pc.id] != pc && !inView(v.Previous, pc) {
+			pc.mux.closeAll()
+		}
+	}
 	c.local.SetPeers(v.Current.Len(), time.Now())
+}
+
+// inView reports whether pc is the client of one of s's peers.
+func inView(s *routing.PeerSet, pc *Peer) bool {
+	if s == nil {
+		return false
+	}
+	for _, peer := range s.Peers() {
+		if peer.ID == pc.id && peer.Addr == pc.mux.addr {
+			return true
+		}
+	}
+	return false
 }
 
 // newPeer makes the client of one peer.
@@ -359,6 +384,17 @@ func (c *Node) newPeer(peer routing.Peer) *Peer {
 			return nil, err
 		}
 		return httpx.NewTrackedConn(conn), nil
+	}
+	if opts.Transport == TransportMux {
+		dial := opts.Dial
+		if dial == nil {
+			dial = func(addr string) (net.Conn, error) { return dialPlain(addr) }
+			if opts.TLS != nil {
+				tlsDial := httpx.TLSDialer(peer.Addr, opts.TLS.Client, 500*time.Millisecond)
+				dial = func(addr string) (net.Conn, error) { return tlsDial(addr, 0) }
+			}
+		}
+		pc.mux = newMuxClient(c, peer.Addr, dial)
 	}
 	for i := range pc.outcomes {
 		pc.outcomes[i] = c.env.Metrics.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
@@ -405,12 +441,21 @@ func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fastht
 		MaxResponseBodySize:      maxBody,
 		DisablePathNormalizing:   true,
 		NoDefaultUserAgentHeader: true,
-		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) {
-			// A dead owner must cost little: fall back fast.
-			return fasthttp.DialTimeout(addr, 250*time.Millisecond)
-		},
+		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) { return dialPlain(addr) },
 	}
 }
+
+// dialPlain opens a TCP connection to a peer. A dead owner must cost
+// little: fall back fast.
+func dialPlain(addr string) (net.Conn, error) {
+	return fasthttp.DialTimeout(addr, 250*time.Millisecond)
+}
+
+// Transports (Options.Transport).
+const (
+	TransportHTTP = "http"
+	TransportMux  = "mux"
+)
 
 // View is the membership view requests route by now.
 func (c *Node) View() *routing.View { return c.m.View() }
@@ -442,6 +487,9 @@ func (c *Node) CloseIdleConnections() {
 	if t := c.peers.Load(); t != nil {
 		for _, pc := range t.byID {
 			pc.hc.CloseIdleConnections()
+			if pc.mux != nil {
+				pc.mux.closeAll()
+			}
 		}
 	}
 }

@@ -278,7 +278,7 @@ func newHarness(t *testing.T, s setup, ids ...string) *harness {
 			handler = s.handler(n, handler)
 		}
 		n.srv = &fasthttp.Server{Handler: handler, NoDefaultDate: true}
-		go func() { _ = n.srv.Serve(n.ln) }()
+		go func() { _ = n.srv.Serve(n.node.Listener(n.ln)) }()
 		h.nodes = append(h.nodes, n)
 	}
 	t.Cleanup(h.close)
