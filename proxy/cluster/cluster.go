@@ -210,7 +210,7 @@ type Peer struct {
 	id       string
 	hc       *fasthttp.HostClient
 	mux      *muxClient // nil: forwarded requests go over HTTP
-	skip     peerSkip // skips a failing peer for a while
+	skip     peerSkip   // skips a failing peer for a while
 	outcomes [numPeerOutcomes]*metrics.Counter
 }
 
@@ -441,7 +441,7 @@ func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fastht
 		MaxResponseBodySize:      maxBody,
 		DisablePathNormalizing:   true,
 		NoDefaultUserAgentHeader: true,
-		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) { return dialPlain(addr) },
+		DialTimeout:              func(addr string, _ time.Duration) (net.Conn, error) { return dialPlain(addr) },
 	}
 }
 

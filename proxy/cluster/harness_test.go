@@ -95,6 +95,8 @@ type fakeLocal struct {
 	invalAll   int
 	tenants    *admission.Tenants
 	serveLarge bool // ServePeer answers a large body
+	// before, when set, runs first in ServePeer (without the lock).
+	before func(ctx *fasthttp.RequestCtx)
 }
 
 // http1Head is what ServePeer saw of a forwarded request.
@@ -107,6 +109,9 @@ func newFakeLocal(id string) *fakeLocal {
 }
 
 func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
+	if l.before != nil {
+		l.before(ctx)
+	}
 	h := &ctx.Request.Header
 	l.mu.Lock()
 	l.served = append(l.served, string(h.RequestURI()))
@@ -245,6 +250,9 @@ type setup struct {
 	env     func(id string, e *Env)
 	handler func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler
 	local   func(*fakeLocal)
+	// httpOnly, when set, says which nodes' peer listeners speak HTTP
+	// only (an older release: no Listener wrapper).
+	httpOnly func(id string) bool
 }
 
 func newHarness(t *testing.T, s setup, ids ...string) *harness {
@@ -278,7 +286,11 @@ func newHarness(t *testing.T, s setup, ids ...string) *harness {
 			handler = s.handler(n, handler)
 		}
 		n.srv = &fasthttp.Server{Handler: handler, NoDefaultDate: true}
-		go func() { _ = n.srv.Serve(n.node.Listener(n.ln)) }()
+		var ln net.Listener = n.ln
+		if s.httpOnly == nil || !s.httpOnly(id) {
+			ln = n.node.Listener(ln)
+		}
+		go func() { _ = n.srv.Serve(ln) }()
 		h.nodes = append(h.nodes, n)
 	}
 	t.Cleanup(h.close)

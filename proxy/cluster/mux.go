@@ -7,8 +7,11 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // The multiplexed peer transport (cluster.transport: mux) carries
@@ -204,19 +207,29 @@ func appendResponse(dst []byte, resp *fasthttp.Response, body []byte, skipBody b
 	}
 	start := len(dst)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(resp.StatusCode()))
-	var num [20]byte
+	var num [32]byte
+	// As fasthttp's Response.Write: a HEAD answer with a body says its
+	// length, one without keeps the Content-Length it was given.
 	cl := resp.Header.ContentLength()
-	if !skipBody || cl < 0 {
+	if !skipBody || len(body) > 0 || cl < 0 {
 		cl = len(body)
 	}
 	dst = appendField(dst, strContentLength)
 	dst = appendField(dst, strconv.AppendInt(num[:0], int64(cl), 10))
+	dated := false
 	for k, v := range resp.Header.All() {
 		if equalFold(k, strContentLength) || equalFold(k, strConnection) {
 			continue
 		}
+		dated = dated || equalFold(k, strDate)
 		dst = appendField(dst, k)
 		dst = appendField(dst, v)
+	}
+	if !dated {
+		// The HTTP path's server dates an answer that has no Date
+		// (httpx.EnsureDate): so does this one.
+		dst = appendField(dst, strDate)
+		dst = appendField(dst, fasthttp.AppendHTTPDate(num[:0], time.Now()))
 	}
 	return binary.BigEndian.AppendUint32(dst, uint32(len(dst)-start))
 }
@@ -241,21 +254,32 @@ func decodeResponseHead(head []byte, resp *fasthttp.Response) error {
 	if status < 100 || status > 999 {
 		return errBadFrame
 	}
-	resp.SetStatusCode(status)
-	b := head[2:]
-	for len(b) > 0 {
-		var k, v []byte
-		var err error
-		if k, b, err = nextField(b); err != nil {
-			return err
+	// fasthttp ignores Date when set or added: it is parsed in, first
+	// (httpx.SetDate resets the header).
+	for pass := range 2 {
+		b := head[2:]
+		for len(b) > 0 {
+			var k, v []byte
+			var err error
+			if k, b, err = nextField(b); err != nil {
+				return err
+			}
+			if v, b, err = nextField(b); err != nil {
+				return err
+			}
+			if len(k) == 0 {
+				return errBadFrame
+			}
+			switch isDate := equalFold(k, strDate); {
+			case pass == 0 && isDate:
+				httpx.SetDate(&resp.Header, v)
+			case pass == 1 && !isDate:
+				resp.Header.AddBytesKV(k, v)
+			}
 		}
-		if v, b, err = nextField(b); err != nil {
-			return err
+		if pass == 0 {
+			resp.SetStatusCode(status)
 		}
-		if len(k) == 0 {
-			return errBadFrame
-		}
-		resp.Header.AddBytesKV(k, v)
 	}
 	return nil
 }
@@ -263,6 +287,7 @@ func decodeResponseHead(head []byte, resp *fasthttp.Response) error {
 var (
 	strContentLength = []byte(fasthttp.HeaderContentLength)
 	strConnection    = []byte(fasthttp.HeaderConnection)
+	strDate          = []byte(fasthttp.HeaderDate)
 )
 
 // equalFold is ASCII case-insensitive equality.

@@ -384,10 +384,10 @@ func (t *muxTask) serve() {
 
 // serveMuxRequest serves one forwarded request as PeerHandler serves a
 // client's: the caller's address (the secret was the hello's), then the
-// generation (421 with ours), then Local.ServePeer. It never reaches the
+// generation (421 with ours), then Local.ServePeer. An answer without
+// Date is dated when it is framed (appendResponse). It never reaches the
 // peer protocol's endpoints (purges, hand-offs): those stay on HTTP.
 func (c *Node) serveMuxRequest(ctx *fasthttp.RequestCtx) {
-	defer httpx.EnsureDate(&ctx.Response)
 	var ipBuf [64]byte
 	if !c.peers.Load().allowed[string(appendRemoteIP(ipBuf[:0], ctx))] {
 		c.forbidden.Inc()
