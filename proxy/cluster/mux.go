@@ -32,8 +32,8 @@ import (
 // A request's payload is its flags, method, request URI and header
 // fields (the fields the HTTP path sends: Host, the client's forwarded
 // fields, the peer protocol's); an answer's is its body, then its status
-// and header fields, then the head's length, so the edge hands the body
-// over to its client without a copy. Lengths inside payloads are uvarints.
+// and header fields, then the head's length (the body is appended first,
+// as it comes, with no second pass). Lengths inside payloads are uvarints.
 // Answers come back in any order, matched by id; each request has its
 // own timeout, and a connection that breaks fails its requests at once
 // (they are served locally, as HTTP failures are).
@@ -197,9 +197,7 @@ func decodeRequest(b []byte, req *fasthttp.Request) (flags byte, err error) {
 }
 
 // appendResponse appends an answer's payload: body, then status and
-// header fields, then the head's length (u32). The body goes first so the
-// edge can hand the payload's buffer to its client as the body. The
-// Connection field is the owner's connection's, never relayed. skipBody
+// header fields, then the head's length (u32). The Connection field is the owner's connection's, never relayed. skipBody
 // (HEAD) sends no body but the Content-Length it would have had.
 func appendResponse(dst []byte, resp *fasthttp.Response, body []byte, skipBody bool) []byte {
 	if !skipBody {

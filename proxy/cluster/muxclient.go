@@ -130,6 +130,13 @@ func (m *muxClient) open() (*muxConn, error) {
 	return mc, nil
 }
 
+// MuxOpen reports whether forwarded requests to peer go over a
+// multiplexed connection now (cluster.transport: mux, and one is open).
+func (c *Node) MuxOpen(peer string) bool {
+	pc := c.Peer(peer)
+	return pc != nil && pc.mux != nil && pc.mux.cur.Load() != nil
+}
+
 // closeAll closes every connection (in-flight requests fail and are
 // served locally).
 func (m *muxClient) closeAll() {
@@ -373,9 +380,7 @@ func releaseCall(call *muxCall) {
 	muxCallPool.Put(call)
 }
 
-// finish turns the owner's final message into resp. The answer's body
-// becomes resp's body without a copy: the payload buffer is swapped in,
-// resp's old body buffer becomes the call's.
+// finish turns the owner's final message into resp.
 func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *fasthttp.Response) error {
 	if m.err != nil {
 		return m.err
@@ -397,7 +402,10 @@ func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *
 		resp.SkipBody = true
 		return nil
 	}
-	call.buf = resp.SwapBody(body)
+	// Copied, not swapped in: fasthttp's body pool drops a buffer whose
+	// capacity outgrew its length (the payload's holds the head too), so
+	// handing the payload over would cost an allocation per request.
+	resp.SetBody(body)
 	return nil
 }
 
