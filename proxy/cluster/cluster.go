@@ -157,6 +157,7 @@ type Node struct {
 	sync   *purgeSync            // nil with static membership (purgesync.go)
 
 	forbidden        *metrics.Counter // peer requests refused (secret or address)
+	muxRefused       *metrics.Counter // multiplexed connections refused at their hello (secret or address)
 	misdirected      *metrics.Counter // peer requests answered 421
 	genChanges       *metrics.Counter
 	readThroughHit   *metrics.Counter // previous-owner read-throughs answered from its cache
@@ -191,7 +192,8 @@ type Options struct {
 	// Transport is how forwarded GET and HEAD requests reach their
 	// owner: "http" (one HTTP/1.1 exchange per connection at a time) or
 	// "mux" (persistent multiplexed connections, mux.go; a peer that
-	// does not speak it is reached over HTTP). Empty: "http".
+	// does not speak it is reached over HTTP). Empty: "http" (the
+	// config's default is "mux").
 	Transport string
 	// DynamicMembership (Consul): nodes learn of each other at different
 	// instants, so each pulls its peers' purge logs and serves nothing
@@ -251,6 +253,7 @@ func New(m *routing.Membership, src routing.Source, local Local, opts Options, e
 		clients:          map[string]*Peer{},
 		queues:           map[string]*peerQueue{},
 		forbidden:        set.NewCounter(`shield_peer_forbidden_total`),
+		muxRefused:       set.NewCounter(`shield_peer_mux_refused_total`),
 		misdirected:      set.NewCounter(`shield_peer_misdirected_total`),
 		genChanges:       set.NewCounter(`shield_cluster_generation_changes_total`),
 		nearStored:       set.NewCounter(`shield_near_copies_stored_total`),

@@ -149,12 +149,15 @@ func nextField(b []byte) (field, rest []byte, err error) {
 }
 
 // appendRequest appends the payload of req's frame: flags, method,
-// request URI and every header field.
+// request URI and every header field but Shield-Auth.
 func appendRequest(dst []byte, req *fasthttp.Request, flags byte) []byte {
 	dst = append(dst, flags)
 	dst = appendField(dst, req.Header.Method())
 	dst = appendField(dst, req.Header.RequestURI())
 	for k, v := range req.Header.All() {
+		if equalFold(k, hShieldAuth) {
+			continue // the connection's hello carried the secret
+		}
 		dst = appendField(dst, k)
 		dst = appendField(dst, v)
 	}

@@ -332,7 +332,7 @@ func TestMuxBadSecret(t *testing.T) {
 			}
 		})
 	}
-	if b.counter(`shield_peer_forbidden_total`) < 3 {
+	if b.counter(`shield_peer_mux_refused_total`) < 3 {
 		t.Error("refusals not counted")
 	}
 	// An edge with the wrong secret falls back to HTTP, which refuses it

@@ -193,7 +193,7 @@ func (l *peerListener) serveMux(conn net.Conn) {
 	// HTTP path's Shield-Auth, and the caller's address, as its
 	// allow-list (checked again per request: membership changes).
 	if subtle.ConstantTimeCompare(secret, c.secret) != 1 || !c.allowedAddr(conn.RemoteAddr()) {
-		c.forbidden.Inc()
+		c.muxRefused.Inc()
 		_ = conn.SetWriteDeadline(time.Now().Add(muxHelloTimeout))
 		_, _ = conn.Write(appendFrameHeader(nil, frameError, 0, 1))
 		_, _ = conn.Write([]byte{errCodeForbidden})
