@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +99,7 @@ type fakeLocal struct {
 	// before, when set, runs first in ServePeer (without the lock).
 	before func(ctx *fasthttp.RequestCtx)
 	quiet  bool // ServePeer records nothing (benchmarks)
+	size   int  // serveLarge's body size (0: 4096)
 }
 
 // http1Head is what ServePeer saw of a forwarded request.
@@ -134,7 +136,7 @@ func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("Cache-Control", "max-age=60")
 	ctx.Response.Header.SetBytesKV(HTags, []byte("t0000000000000001"))
 	if large {
-		ctx.SetBody(bytes.Repeat([]byte("x"), 4096))
+		ctx.SetBody(bytes.Repeat([]byte("x"), cmp.Or(l.size, 4096)))
 		return
 	}
 	ctx.SetBodyString("served by " + l.id + " " + string(h.RequestURI()))

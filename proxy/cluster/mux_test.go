@@ -526,3 +526,68 @@ func FuzzMuxFrame(f *testing.F) {
 		}
 	})
 }
+
+// TestMuxSlowReader: an edge that sends requests and reads no answer
+// cannot make the owner serve (and hold) more than its in-flight limit
+// and queue allow; once it reads, every request is answered.
+func TestMuxSlowReader(t *testing.T) {
+	const size, n = 64 << 10, 1500
+	s := muxSetup(nil, nil)
+	s.local = func(l *fakeLocal) { l.serveLarge, l.size = true, size }
+	h := newHarness(t, s, "a", "b")
+	a, b := h.node("a"), h.node("b")
+	conn, br := rawMux(t, h, b, a.ip, testSecret)
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	var hdr [frameHeaderLen]byte
+	if fh, _, err := readFrame(br, &hdr, nil, 64); err != nil || fh.typ != frameHelloOK {
+		t.Fatalf("hello: %+v %v", fh, err)
+	}
+	req := fasthttp.AcquireRequest()
+	req.SetRequestURI("/slow-reader")
+	req.Header.SetHost("example.test")
+	req.Header.Set("Shield-Generation", fmt.Sprint(b.m.View().Current.Generation()))
+	payload := appendRequest(nil, req, 0)
+	fasthttp.ReleaseRequest(req)
+	go func() {
+		var frames []byte
+		for id := range uint32(n) {
+			frames = appendFrameHeader(frames, frameRequest, id+1, uint32(len(payload)))
+			frames = append(frames, payload...)
+		}
+		_, _ = conn.Write(frames)
+	}()
+	served := func() int {
+		b.local.mu.Lock()
+		defer b.local.mu.Unlock()
+		return len(b.local.served)
+	}
+	// Wait until the owner stops serving.
+	last := -1
+	waitUntil(t, "the owner to stop", func() bool {
+		cur := served()
+		stable := cur == last && cur > 0
+		last = cur
+		time.Sleep(100 * time.Millisecond)
+		return stable
+	})
+	// In flight, queued (4 MiB) and what the in-memory pipe holds (4
+	// writes, each at most the queue): far below n.
+	bound := muxMaxInflight + 5*(muxMaxQueued/size+1)
+	if got := served(); got > bound || got >= n {
+		t.Fatalf("owner served %d of %d requests to an edge reading nothing, want ≤ %d", got, n, bound)
+	}
+	t.Logf("served %d of %d before the edge read (bound %d)", served(), n, bound)
+	answered := 0
+	buf := make([]byte, 0, size+1024)
+	for answered < n {
+		fh, p, err := readFrame(br, &hdr, buf, 1<<30)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", answered, err)
+		}
+		buf = p
+		if fh.typ != frameResponse {
+			t.Fatalf("frame %+v", fh)
+		}
+		answered++
+	}
+}
