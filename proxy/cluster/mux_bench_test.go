@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,12 +35,17 @@ func BenchmarkForwardTCP(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.SetParallelism(32)
+			cpu := processCPU()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					benchForward(b, edge)
 				}
 			})
+			b.StopTimer()
+			// Both nodes run in this process: CPU per request over the
+			// edge and the owner together.
+			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
@@ -94,4 +100,13 @@ func tcpPair(b *testing.B, transport string) *Node {
 		})
 	}
 	return nodes[0]
+}
+
+// processCPU is the process's user and system CPU time so far, in ns.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -80,6 +81,9 @@ func (w *muxWriter) run(onErr func(error)) {
 		case <-w.done:
 			return
 		}
+		// Let the senders that are runnable queue theirs first: one
+		// write then carries them all.
+		runtime.Gosched()
 		for {
 			w.mu.Lock()
 			if len(w.q) == 0 || w.closed {
