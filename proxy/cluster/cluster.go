@@ -300,6 +300,17 @@ func (c *Node) registerGauges() {
 		}
 		return 0
 	})
+	set.NewGauge(`shield_peer_mux_connections`, func() float64 {
+		n := 0
+		if t := c.peers.Load(); t != nil {
+			for _, pc := range t.byID {
+				if pc.mux != nil && pc.mux.cur.Load() != nil {
+					n++
+				}
+			}
+		}
+		return float64(n)
+	})
 	set.NewGauge(`shield_purge_sync_pending`, func() float64 {
 		if c.sync == nil {
 			return 0 // static membership: every node knows every peer from the start

@@ -100,6 +100,9 @@ func TestMuxForward(t *testing.T) {
 	if last.tenant != "acme" || last.clientIP != "192.0.2.1" || last.forwarded != "1" {
 		t.Errorf("peer fields %+v", last)
 	}
+	if got := a.set.GetOrCreateGauge(`shield_peer_mux_connections`, nil).Get(); got != 1 {
+		t.Errorf("shield_peer_mux_connections = %v, want 1", got)
+	}
 	if got := a.counter(`shield_peer_requests_total{peer="b",outcome="ok"}`); got == 0 {
 		t.Error("no ok outcome counted")
 	}
@@ -570,9 +573,10 @@ func TestMuxSlowReader(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		return stable
 	})
-	// In flight, queued (4 MiB) and what the in-memory pipe holds (4
-	// writes, each at most the queue): far below n.
-	bound := muxMaxInflight + 5*(muxMaxQueued/size+1)
+	// In flight (served, waiting for room in the queue), queued (4 MiB
+	// and one answer), the write under way and what the in-memory pipe
+	// holds (4 writes, each at most the queue): far below n.
+	bound := muxMaxInflight + 7*(muxMaxQueued/size+1) // and one batch of margin
 	if got := served(); got > bound || got >= n {
 		t.Fatalf("owner served %d of %d requests to an edge reading nothing, want ≤ %d", got, n, bound)
 	}
