@@ -174,6 +174,12 @@ func TestClusterPeerTLS(t *testing.T) {
 	if ok < 10 || bad != 0 {
 		t.Errorf("peer forwards ok=%v error=%v, want ≥ 10 and 0", ok, bad)
 	}
+	// cluster.transport defaults to mux: its connections run over the
+	// same mutual TLS.
+	if r, err := doHTTP(newClient(), http.MethodGet, "http://"+nodes[0].admin+"/metrics"); err != nil ||
+		!strings.Contains(string(r.body), "\nshield_peer_mux_connections 2\n") {
+		t.Errorf("n0's multiplexed peer connections: want 2 (%v)", err)
+	}
 
 	// Without a client certificate, or with one from another CA: refused.
 	other := newTestCA(t, "intruder")
