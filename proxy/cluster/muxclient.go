@@ -84,13 +84,18 @@ func (m *muxClient) connect() {
 	}
 	if mc != nil {
 		m.conns[mc] = struct{}{}
+		m.cur.Store(mc) // closed meanwhile: fail removes it, conn redials
 	}
 	m.mu.Unlock()
+	if mc != nil && mc.closed.Load() {
+		mc.cl.cur.CompareAndSwap(mc, nil)
+		m.mu.Lock()
+		delete(m.conns, mc)
+		m.mu.Unlock()
+	}
 	if err != nil {
 		m.c.logger.Debug("peer mux connection not opened, using HTTP", "peer", m.addr, "err", err)
-		return
 	}
-	m.cur.Store(mc)
 }
 
 func (m *muxClient) open() (*muxConn, error) {
@@ -125,7 +130,13 @@ func (m *muxClient) open() (*muxConn, error) {
 	go mc.w.run(mc.fail)
 	go mc.read()
 	if ctx := m.c.env.Ctx; ctx != nil {
-		mc.stop = context.AfterFunc(ctx, func() { mc.fail(errMuxClosed) })
+		stop := context.AfterFunc(ctx, func() { mc.fail(errMuxClosed) })
+		mc.mu.Lock()
+		mc.stop = stop
+		mc.mu.Unlock()
+		if mc.closed.Load() {
+			stop()
+		}
 	}
 	return mc, nil
 }
@@ -159,9 +170,9 @@ type muxConn struct {
 	w      *muxWriter
 	max    int
 	closed atomic.Bool
-	stop   func() bool
 
 	mu      sync.Mutex
+	stop    func() bool // ends the AfterFunc closing it with the node
 	pending map[uint32]*muxCall
 	nextID  uint32
 }
@@ -200,16 +211,17 @@ func (mc *muxConn) fail(err error) {
 	mc.cl.cur.CompareAndSwap(mc, nil)
 	mc.w.close()
 	_ = mc.conn.Close()
-	if mc.stop != nil {
-		mc.stop()
-	}
 	mc.mu.Lock()
+	stop := mc.stop
 	for id, call := range mc.pending {
 		delete(mc.pending, id)
 		call.taken = true
 		call.ch <- muxMsg{err: err}
 	}
 	mc.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	m := mc.cl
 	m.mu.Lock()
 	delete(m.conns, mc)
