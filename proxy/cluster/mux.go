@@ -36,7 +36,12 @@ import (
 // as it comes, with no second pass). Lengths inside payloads are uvarints.
 // Answers come back in any order, matched by id; each request has its
 // own timeout, and a connection that breaks fails its requests at once
-// (they are served locally, as HTTP failures are).
+// (they are served locally, as HTTP failures are). An owner whose peer
+// listener closes (shutdown) says so (frameGoAway, with the last request
+// id it read: ids go on the wire in order), answers what it read and
+// then closes; the edge sends nothing more on it and sends the requests
+// the owner did not read over HTTP, as the HTTP server's graceful
+// shutdown would have them.
 
 // muxPreface opens a multiplexed connection.
 const muxPreface = "\x00shield-mux/1\n"
@@ -49,6 +54,7 @@ const (
 	frameResponse byte = 4 // owner → edge: its answer
 	frameHints    byte = 5 // owner → edge: a 103 head for the request's client
 	frameError    byte = 6 // owner → edge: no answer; payload: an errCode
+	frameGoAway   byte = 7 // owner → edge: closing; payload: the last request id read (u32)
 )
 
 // Error codes of frameError.
@@ -103,7 +109,7 @@ func appendFrameHeader(dst []byte, typ byte, id, length uint32) []byte {
 // length against limit.
 func parseFrameHeader(b []byte, limit int) (frameHeader, error) {
 	h := frameHeader{typ: b[0], id: binary.BigEndian.Uint32(b[1:5]), length: binary.BigEndian.Uint32(b[5:9])}
-	if h.typ < frameHello || h.typ > frameError {
+	if h.typ < frameHello || h.typ > frameGoAway {
 		return h, fmt.Errorf("%w: type %d", errBadFrame, h.typ)
 	}
 	if uint64(h.length) > uint64(limit) {

@@ -595,3 +595,44 @@ func TestMuxSlowReader(t *testing.T) {
 		answered++
 	}
 }
+
+// TestMuxGracefulClose: an owner whose peer listener closes (shutdown)
+// answers the requests it already read, then closes the connection; the
+// edge stops using it.
+func TestMuxGracefulClose(t *testing.T) {
+	release := make(chan struct{})
+	s := muxSetup(nil, nil)
+	s.local = func(l *fakeLocal) {
+		l.before = func(ctx *fasthttp.RequestCtx) {
+			if string(ctx.Path()) == "/slow" {
+				<-release
+			}
+		}
+	}
+	h := newHarness(t, s, "a", "b")
+	a, b := h.node("a"), h.node("b")
+	mc := a.waitMux(t, "b")
+	const n = 5
+	done := make(chan string, n)
+	for range n {
+		go func() { done <- fwdBody(t, a, "b", "/slow") }()
+	}
+	waitUntil(t, "requests in flight", func() bool {
+		mc.mu.Lock()
+		defer mc.mu.Unlock()
+		return len(mc.pending) == n
+	})
+	time.Sleep(20 * time.Millisecond) // read by the owner
+	go func() { _ = b.srv.Shutdown() }()
+	waitUntil(t, "the goodbye", func() bool { return !a.node.MuxOpen("b") })
+	close(release)
+	for range n {
+		if got := <-done; got != "served by b /slow" {
+			t.Errorf("in-flight request across the owner's shutdown: %q", got)
+		}
+	}
+	waitUntil(t, "the connection closed", func() bool { return mc.closed.Load() })
+	if got := a.counter(`shield_peer_requests_total{peer="b",outcome="error"}`); got != 0 {
+		t.Errorf("%d peer errors", got)
+	}
+}

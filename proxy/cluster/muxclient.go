@@ -35,6 +35,7 @@ var (
 	errMuxTimeout = errors.New("cluster: mux request timed out")
 	errMuxRefused = errors.New("cluster: peer refused the mux transport")
 	errMuxFailed  = errors.New("cluster: owner could not answer over mux")
+	errMuxGoAway  = errors.New("cluster: owner closing, request not read")
 )
 
 // muxClient is one peer's multiplexed transport.
@@ -171,10 +172,11 @@ type muxConn struct {
 	max    int
 	closed atomic.Bool
 
-	mu      sync.Mutex
-	stop    func() bool // ends the AfterFunc closing it with the node
-	pending map[uint32]*muxCall
-	nextID  uint32
+	mu        sync.Mutex
+	stop      func() bool // ends the AfterFunc closing it with the node
+	pending   map[uint32]*muxCall
+	nextID    uint32
+	goingAway bool // the owner said goodbye: nothing more is sent
 }
 
 // muxCall is one request waiting for its answer: pooled, with its
@@ -292,11 +294,40 @@ func (mc *muxConn) read() {
 				call.ch <- muxMsg{typ: frameHints, payload: b}
 			}
 			mc.mu.Unlock()
+		case frameGoAway:
+			var last [4]byte
+			if h.length != 4 {
+				mc.fail(errBadFrame)
+				return
+			}
+			if _, err := io.ReadFull(mc.br, last[:]); err != nil {
+				mc.fail(fmt.Errorf("%w: %v", errMuxClosed, err))
+				return
+			}
+			mc.goAway(binary.BigEndian.Uint32(last[:]))
 		default:
 			mc.fail(fmt.Errorf("%w: frame type %d from the owner", errBadFrame, h.typ))
 			return
 		}
 	}
+}
+
+// goAway handles the owner's goodbye: nothing more is sent on the
+// connection (the next request dials anew, or goes over HTTP), and the
+// requests the owner did not read (ids after last) go over HTTP now; the
+// others are answered before the owner closes.
+func (mc *muxConn) goAway(last uint32) {
+	mc.cl.cur.CompareAndSwap(mc, nil)
+	mc.mu.Lock()
+	mc.goingAway = true
+	for id, call := range mc.pending {
+		if id > last {
+			delete(mc.pending, id)
+			call.taken = true
+			call.ch <- muxMsg{err: errMuxGoAway}
+		}
+	}
+	mc.mu.Unlock()
 }
 
 // deliver sends a call its final message, unless its caller gave up.
@@ -317,10 +348,17 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 	if client != nil && maxHints > 0 && client.Request.Header.IsHTTP11() {
 		flags |= reqFlagHints
 	}
+	q, ok := mc.w.begin()
+	if !ok {
+		return false, nil
+	}
+	// The id is taken inside the writer's lock: ids go on the wire in
+	// order, so the owner's goodbye can say which requests it read.
 	call := muxCallPool.Get().(*muxCall)
 	mc.mu.Lock()
-	if len(mc.pending) >= mc.max || mc.closed.Load() {
+	if len(mc.pending) >= mc.max || mc.closed.Load() || mc.goingAway {
 		mc.mu.Unlock()
+		mc.w.end(q)
 		muxCallPool.Put(call)
 		return false, nil
 	}
@@ -328,12 +366,6 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 	call.id, call.taken, call.abandoned = mc.nextID, false, false
 	mc.pending[call.id] = call
 	mc.mu.Unlock()
-
-	q, ok := mc.w.begin()
-	if !ok {
-		mc.drop(call)
-		return false, nil
-	}
 	start := len(q)
 	q = appendFrameHeader(q, frameRequest, call.id, 0)
 	q = appendRequest(q, req, flags)
@@ -353,6 +385,10 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 				continue
 			}
 			call.timer.Stop()
+			if errors.Is(m.err, errMuxGoAway) {
+				releaseCall(call)
+				return false, nil // the owner never read it: over HTTP
+			}
 			err = mc.finish(call, m, req, resp)
 			releaseCall(call)
 			return true, err
@@ -369,20 +405,6 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 			return true, errMuxTimeout
 		}
 	}
-}
-
-// drop forgets a call that was never sent.
-func (mc *muxConn) drop(call *muxCall) {
-	mc.mu.Lock()
-	if !call.taken {
-		delete(mc.pending, call.id)
-		mc.mu.Unlock()
-		releaseCall(call)
-		return
-	}
-	mc.mu.Unlock()
-	<-call.ch // fail delivered it an error
-	releaseCall(call)
 }
 
 func releaseCall(call *muxCall) {

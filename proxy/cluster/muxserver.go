@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -64,7 +65,7 @@ func (l *peerListener) Close() error {
 		_ = l.ln.Close()
 		l.mu.Lock()
 		for s := range l.open {
-			s.close()
+			go s.drain()
 		}
 		l.mu.Unlock()
 	})
@@ -171,6 +172,9 @@ type muxServer struct {
 	done chan struct{}
 	once sync.Once
 	log  fasthttp.Logger // the RequestCtx's
+
+	draining atomic.Bool   // the listener closed: read no more, answer what was read
+	lastID   atomic.Uint32 // the last request id read
 }
 
 // serveMux checks conn's preface and hello, then serves its requests
@@ -224,6 +228,31 @@ func (l *peerListener) serveMux(conn net.Conn) {
 	s.w.send(frameHelloOK, 0, ok[:])
 	go s.w.run(func(error) { s.close() })
 	s.read()
+	s.finish()
+}
+
+// drain stops the connection gracefully: its reader stops at once
+// (finish then answers what it read, says goodbye and closes).
+func (s *muxServer) drain() {
+	s.draining.Store(true)
+	_ = s.conn.SetReadDeadline(time.Now())
+}
+
+// finish closes the connection once its reader stopped. When draining,
+// it first tells the edge the last request it read (the edge sends the
+// others over HTTP), and waits, at most a peer timeout, for the requests
+// in flight to be answered and written.
+func (s *muxServer) finish() {
+	if s.draining.Load() {
+		var last [4]byte
+		binary.BigEndian.PutUint32(last[:], s.lastID.Load())
+		s.w.send(frameGoAway, 0, last[:])
+		deadline := time.Now().Add(writeTimeout(s.c.timeout))
+		for (len(s.sem) > 0 || !s.w.flushed()) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	s.close()
 }
 
 // writeTimeout bounds one write of a connection: an edge that reads
@@ -257,7 +286,6 @@ func (s *muxServer) close() {
 // muxMaxInflight at once: beyond that it stops reading, so an edge
 // cannot make the owner hold more.
 func (s *muxServer) read() {
-	defer s.close()
 	var hdr [frameHeaderLen]byte
 	for {
 		t := muxTaskPool.Get().(*muxTask)
@@ -277,6 +305,7 @@ func (s *muxServer) read() {
 			return
 		}
 		t.s, t.id = s, h.id
+		s.lastID.Store(h.id)
 		select {
 		case s.work <- t:
 		default:

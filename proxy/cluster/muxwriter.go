@@ -23,6 +23,7 @@ type muxWriter struct {
 	mu     sync.Mutex
 	room   sync.Cond // signalled when the queue is taken
 	q      []byte
+	busy   bool // a write is under way
 	closed bool
 	wake   chan struct{} // cap 1: the queue is not empty
 	done   chan struct{} // closed by close
@@ -91,12 +92,17 @@ func (w *muxWriter) run(onErr func(error)) {
 				break
 			}
 			out, w.q = w.q, out[:0]
+			w.busy = true
 			w.room.Broadcast()
 			w.mu.Unlock()
 			if w.timeout > 0 {
 				_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
 			}
-			if _, err := w.conn.Write(out); err != nil {
+			_, err := w.conn.Write(out)
+			w.mu.Lock()
+			w.busy = false
+			w.mu.Unlock()
+			if err != nil {
 				onErr(err)
 				return
 			}
@@ -117,4 +123,11 @@ func (w *muxWriter) close() {
 		w.room.Broadcast()
 	}
 	w.mu.Unlock()
+}
+
+// flushed reports whether everything queued has been written.
+func (w *muxWriter) flushed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed || (len(w.q) == 0 && !w.busy)
 }
