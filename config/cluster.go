@@ -23,7 +23,7 @@ func applyClusterDefaults(c *Config, has func(string) bool) {
 	setDefault(&cl.Weight, has("cluster.weight"), 1)
 	setDefault(&cl.Overlap, has("cluster.overlap"), defaultOverlap)
 	setDefault(&cl.Membership, has("cluster.membership"), "static")
-	setDefault(&cl.Transport, has("cluster.transport"), "http")
+	setDefault(&cl.Transport, has("cluster.transport"), "mux")
 	setDefault(&cl.HotKeyRate, has("cluster.hot_key_rate"), 500)
 	setDefault(&cl.HotKeyMaxAge, has("cluster.hot_key_max_age"), time.Second)
 	setDefault(&cl.HandoffKeys, has("cluster.handoff_keys"), 1000)

@@ -94,7 +94,7 @@ type Cluster struct {
 	// owner: "http" (one HTTP/1.1 exchange per connection at a time) or
 	// "mux" (persistent multiplexed connections; peers that do not speak
 	// it are reached over HTTP). The peer listener accepts both.
-	// Default "http".
+	// Default "mux".
 	Transport string `yaml:"transport"`
 	// HotKeyRate: an edge node that forwards one key at least this many
 	// times per second keeps a near copy of the owner's answer, so one

@@ -192,7 +192,8 @@ type Options struct {
 	// Transport is how forwarded GET and HEAD requests reach their
 	// owner: "http" (one HTTP/1.1 exchange per connection at a time) or
 	// "mux" (persistent multiplexed connections, mux.go; a peer that
-	// does not speak it is reached over HTTP). Empty: "http".
+	// does not speak it is reached over HTTP). Empty: "http" (the
+	// config's default is "mux").
 	Transport string
 	// DynamicMembership (Consul): nodes learn of each other at different
 	// instants, so each pulls its peers' purge logs and serves nothing
