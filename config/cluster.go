@@ -23,6 +23,7 @@ func applyClusterDefaults(c *Config, has func(string) bool) {
 	setDefault(&cl.Weight, has("cluster.weight"), 1)
 	setDefault(&cl.Overlap, has("cluster.overlap"), defaultOverlap)
 	setDefault(&cl.Membership, has("cluster.membership"), "static")
+	setDefault(&cl.Transport, has("cluster.transport"), "mux")
 	setDefault(&cl.HotKeyRate, has("cluster.hot_key_rate"), 500)
 	setDefault(&cl.HotKeyMaxAge, has("cluster.hot_key_max_age"), time.Second)
 	setDefault(&cl.HandoffKeys, has("cluster.handoff_keys"), 1000)
@@ -76,6 +77,7 @@ func (d *decoder) validateCluster(c *Config) {
 	d.positive("cluster.overlap", cl.Overlap)
 	d.positive("cluster.peer_timeout", cl.PeerTimeout)
 	d.oneOf("cluster.membership", cl.Membership, "static", "consul")
+	d.oneOf("cluster.transport", cl.Transport, "http", "mux")
 	if cl.HotKeyRate < 0 {
 		d.problem("cluster.hot_key_rate", "must be ≥ 0 (0 disables near copies), got %g", cl.HotKeyRate)
 	}

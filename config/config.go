@@ -90,6 +90,12 @@ type Cluster struct {
 	// PeerTimeout bounds one forwarded request (the owner may be fetching
 	// from the origin). Default: the longest origin timeout plus 1s.
 	PeerTimeout time.Duration `yaml:"peer_timeout"`
+	// Transport is how forwarded GET and HEAD requests reach their
+	// owner: "http" (one HTTP/1.1 exchange per connection at a time) or
+	// "mux" (persistent multiplexed connections; peers that do not speak
+	// it are reached over HTTP). The peer listener accepts both.
+	// Default "mux".
+	Transport string `yaml:"transport"`
 	// HotKeyRate: an edge node that forwards one key at least this many
 	// times per second keeps a near copy of the owner's answer, so one
 	// key cannot saturate its owner. Default 500; 0 disables.

@@ -157,6 +157,7 @@ func TestClusterPeerTLS(t *testing.T) {
   secret: %q
   membership: static
   peers: [%s]
+  transport: mux
   tls: { cert_file: %q, key_file: %q, ca_file: %q }
 `, n.id, n.peer, clusterSecret, strings.Join(peers, ", "), n.cert, n.key, ca.File)
 		startShieldWith(t, n.admin, shieldYAML(n.listen, n.admin, fmt.Sprintf(`servers: [%q]`, ng.addr), extra))
@@ -173,6 +174,12 @@ func TestClusterPeerTLS(t *testing.T) {
 	t.Logf("60 keys via n0: %v forwarded to owners over mutual TLS, %v peer errors", ok, bad)
 	if ok < 10 || bad != 0 {
 		t.Errorf("peer forwards ok=%v error=%v, want ≥ 10 and 0", ok, bad)
+	}
+	// cluster.transport: mux — its connections run over the same
+	// mutual TLS.
+	if r, err := doHTTP(newClient(), http.MethodGet, "http://"+nodes[0].admin+"/metrics"); err != nil ||
+		!strings.Contains(string(r.body), "\nshield_peer_mux_connections 2\n") {
+		t.Errorf("n0's multiplexed peer connections: want 2 (%v)", err)
 	}
 
 	// Without a client certificate, or with one from another CA: refused.

@@ -262,7 +262,7 @@ func (n *testNode) start(c *testCluster, wrap func(*testNode, fasthttp.RequestHa
 	peerLn := c.net.listen(n.peerAddr)
 	n.serving.Add(2)
 	go func() { defer n.serving.Done(); _ = n.pub.Serve(n.pubLn) }()
-	go func() { defer n.serving.Done(); _ = n.peer.Serve(peerLn) }()
+	go func() { defer n.serving.Done(); _ = n.peer.Serve(n.p.PeerListener(peerLn)) }()
 	n.client = &fasthttp.HostClient{
 		Addr:                     "public-" + n.id,
 		Dial:                     func(string) (net.Conn, error) { return n.pubLn.DialWithLocalAddr(clientAddr) },

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // forwardedHit starts a two-node harness cluster, warms a key that b
@@ -41,6 +43,40 @@ func forwardedHit(tb testing.TB, setup clusterSetup, headers ...string) (do func
 // exchange (client, edge and owner).
 func BenchmarkForwardedHit(b *testing.B) {
 	do := forwardedHit(b, clusterSetup{})
+	b.ReportAllocs()
+	for b.Loop() {
+		do()
+	}
+}
+
+// forwardedHitMux is forwardedHit over the multiplexed peer transport
+// (cluster.transport: mux), once the edge's connection to the owner is
+// open.
+func forwardedHitMux(tb testing.TB, headers ...string) (do func()) {
+	var a *Proxy
+	do = forwardedHit(tb, clusterSetup{cfg: func(c *config.Config) {
+		c.Cluster.Transport = "mux"
+	}, handler: func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+		if n.id == "a" {
+			a = n.p
+		}
+		return next
+	}}, headers...)
+	deadline := time.Now().Add(5 * time.Second)
+	for !a.cluster.Load().MuxOpen("b") {
+		if time.Now().After(deadline) {
+			tb.Fatal("no mux connection from a to b")
+		}
+		do()
+		time.Sleep(time.Millisecond)
+	}
+	return do
+}
+
+// BenchmarkForwardedHitMux is BenchmarkForwardedHit over the
+// multiplexed peer transport.
+func BenchmarkForwardedHitMux(b *testing.B) {
+	do := forwardedHitMux(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		do()

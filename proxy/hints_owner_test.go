@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
 )
 
@@ -18,8 +19,18 @@ import (
 // when the key's owner fetches it (owner → peer connection → edge →
 // client), before the final answer; a hit replays none. Of 300 103s
 // (and a 102) the client gets max_early_hints (3), then the 200.
-func TestEarlyHintsThroughOwner(t *testing.T) {
-	c := newTestCluster(t, clusterSetup{}, "a", "b")
+func TestEarlyHintsThroughOwner(t *testing.T) { earlyHintsThroughOwner(t, false) }
+
+// TestEarlyHintsThroughOwnerMux: the same over the multiplexed peer
+// transport (the owner's 103s come back as hint frames).
+func TestEarlyHintsThroughOwnerMux(t *testing.T) { earlyHintsThroughOwner(t, true) }
+
+func earlyHintsThroughOwner(t *testing.T, mux bool) {
+	setup := clusterSetup{}
+	if mux {
+		setup.cfg = func(c *config.Config) { c.Cluster.Transport = "mux" }
+	}
+	c := newTestCluster(t, setup, "a", "b")
 	c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {
 		n := 1
 		if bytes.HasPrefix(ctx.Path(), []byte("/flood")) {
@@ -35,6 +46,17 @@ func TestEarlyHintsThroughOwner(t *testing.T) {
 		ctx.SetBodyString("final")
 	})
 	a, b := c.node("a"), c.node("b")
+	if mux {
+		warm := pathWhere(t, "warm", func(p string) bool { return a.owner(t, p) == "b" })
+		deadline := time.Now().Add(5 * time.Second)
+		for !a.p.cluster.Load().MuxOpen("b") {
+			if time.Now().After(deadline) {
+				t.Fatal("no mux connection from a to b")
+			}
+			a.get(t, warm)
+			time.Sleep(time.Millisecond)
+		}
+	}
 	path := pathWhere(t, "hints", func(p string) bool { return a.owner(t, p) == "b" })
 	raw := func(path string) string {
 		conn, err := a.pubLn.Dial()

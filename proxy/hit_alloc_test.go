@@ -115,6 +115,7 @@ func TestForwardedHitAllocs(t *testing.T) {
 	for name, do := range map[string]func(){
 		"plain":         forwardedHit(t, clusterSetup{}),
 		"trusted proxy": forwardedHit(t, trusted, "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-Proto", "https"),
+		"mux":           forwardedHitMux(t),
 	} {
 		for range 100 { // pools and connections warm
 			do()

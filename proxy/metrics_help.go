@@ -93,6 +93,8 @@ var metricHelp = map[string][2]string{
 	"shield_usage_reports_total":                   {"counter", "Usage exchange reports, by outcome (sent, failed, received, bad)."},
 	"shield_usage_silent_peers":                    {"gauge", "Peers not heard from within 3 usage intervals (each assumed to hold rate/n)."},
 	"shield_peer_forbidden_total":                  {"counter", "Peer-listener requests refused (secret or address)."},
+	"shield_peer_mux_connections":                  {"gauge", "Peers this node forwards to over an open multiplexed connection (cluster.transport: mux)."},
+	"shield_peer_mux_refused_total":                {"counter", "Multiplexed peer connections refused at their hello (secret or address)."},
 	"shield_peer_misdirected_total":                {"counter", "Peer-listener requests answered 421 (generation mismatch)."},
 	"shield_cluster_generation_changes_total":      {"counter", "Peer set changes seen."},
 	"shield_cluster_peers":                         {"gauge", "Nodes in the current peer set."},

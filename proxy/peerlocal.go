@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 
@@ -77,6 +78,18 @@ func (p *Proxy) PeerHandler() fasthttp.RequestHandler {
 		}
 		c.PeerHandler(ctx)
 	}
+}
+
+// PeerListener wraps the peer listener ln so that it serves the
+// multiplexed peer transport beside HTTP (cluster.Node.Listener): serve
+// PeerServer on what it returns. ln is returned as it is when the proxy
+// is not in a cluster (call after SetCluster).
+func (p *Proxy) PeerListener(ln net.Listener) net.Listener {
+	c := p.cluster.Load()
+	if c == nil {
+		return ln
+	}
+	return c.Listener(ln)
 }
 
 // PreparePeerTLS reads a reload's cluster.tls for a node whose peers

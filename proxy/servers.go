@@ -71,6 +71,7 @@ func ClusterOptionsFor(cfg *config.Config) ClusterOptions {
 		HotKeyMaxAge:  cc.HotKeyMaxAge,
 		HandoffKeys:   cc.HandoffKeys,
 		UsageInterval: cc.UsageInterval,
+		Transport:     cc.Transport,
 		MaxBody:       int(cfg.Cache.MaxObjectSize) + 1<<20,
 		// Consul views change node by node; a static list is known to
 		// all from the start.

@@ -107,7 +107,7 @@ func joinStatic(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger) error {
 		return fmt.Errorf("profile: listen peer: %w", err)
 	}
 	peer := p.PeerServer(cfg.Server, logger)
-	go func() { _ = peer.Serve(ln) }()
+	go func() { _ = peer.Serve(p.PeerListener(ln)) }()
 	go func() {
 		if err := src.Run(context.Background()); err != nil {
 			logger.Error("membership stopped", "err", err)

@@ -77,6 +77,8 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 		// before any request (and its secret) is read.
 		ln = tls.NewListener(ln, opts.TLS.Server)
 	}
+	// The multiplexed peer transport is served on the same port.
+	ln = p.PeerListener(ln)
 	n.peer = p.PeerServer(cfg.Server, logger)
 	go func() { errc <- n.peer.Serve(ln) }()
 

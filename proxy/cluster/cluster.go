@@ -157,6 +157,7 @@ type Node struct {
 	sync   *purgeSync            // nil with static membership (purgesync.go)
 
 	forbidden        *metrics.Counter // peer requests refused (secret or address)
+	muxRefused       *metrics.Counter // multiplexed connections refused at their hello (secret or address)
 	misdirected      *metrics.Counter // peer requests answered 421
 	genChanges       *metrics.Counter
 	readThroughHit   *metrics.Counter // previous-owner read-throughs answered from its cache
@@ -188,6 +189,12 @@ type Options struct {
 	// Dial, when set, opens connections to peers instead of TCP (and
 	// TLS): tests run a cluster over in-memory listeners with it.
 	Dial func(addr string) (net.Conn, error)
+	// Transport is how forwarded GET and HEAD requests reach their
+	// owner: "http" (one HTTP/1.1 exchange per connection at a time) or
+	// "mux" (persistent multiplexed connections, mux.go; a peer that
+	// does not speak it is reached over HTTP). Empty: "http" (the
+	// config's default is "mux").
+	Transport string
 	// DynamicMembership (Consul): nodes learn of each other at different
 	// instants, so each pulls its peers' purge logs and serves nothing
 	// from its cache until it is in sync with every peer (purgesync.go).
@@ -204,7 +211,8 @@ type peerTable struct {
 type Peer struct {
 	id       string
 	hc       *fasthttp.HostClient
-	skip     peerSkip // skips a failing peer for a while
+	mux      *muxClient // nil: forwarded requests go over HTTP
+	skip     peerSkip   // skips a failing peer for a while
 	outcomes [numPeerOutcomes]*metrics.Counter
 }
 
@@ -245,6 +253,7 @@ func New(m *routing.Membership, src routing.Source, local Local, opts Options, e
 		clients:          map[string]*Peer{},
 		queues:           map[string]*peerQueue{},
 		forbidden:        set.NewCounter(`shield_peer_forbidden_total`),
+		muxRefused:       set.NewCounter(`shield_peer_mux_refused_total`),
 		misdirected:      set.NewCounter(`shield_peer_misdirected_total`),
 		genChanges:       set.NewCounter(`shield_cluster_generation_changes_total`),
 		nearStored:       set.NewCounter(`shield_near_copies_stored_total`),
@@ -290,6 +299,17 @@ func (c *Node) registerGauges() {
 			return 1
 		}
 		return 0
+	})
+	set.NewGauge(`shield_peer_mux_connections`, func() float64 {
+		n := 0
+		if t := c.peers.Load(); t != nil {
+			for _, pc := range t.byID {
+				if pc.mux != nil && pc.mux.cur.Load() != nil {
+					n++
+				}
+			}
+		}
+		return float64(n)
 	})
 	set.NewGauge(`shield_purge_sync_pending`, func() float64 {
 		if c.sync == nil {
@@ -340,7 +360,26 @@ func (c *Node) viewChanged(v *routing.View) {
 		}
 	}
 	c.peers.Store(t)
+	// A peer gone from both views keeps no multiplexed connection.
+	for _, pc := range c.clients {
+		if pc.mux != nil && t.byID[pc.id] != pc && !inView(v.Previous, pc) {
+			pc.mux.closeAll()
+		}
+	}
 	c.local.SetPeers(v.Current.Len(), time.Now())
+}
+
+// inView reports whether pc is the client of one of s's peers.
+func inView(s *routing.PeerSet, pc *Peer) bool {
+	if s == nil {
+		return false
+	}
+	for _, peer := range s.Peers() {
+		if peer.ID == pc.id && peer.Addr == pc.mux.addr {
+			return true
+		}
+	}
+	return false
 }
 
 // newPeer makes the client of one peer.
@@ -359,6 +398,17 @@ func (c *Node) newPeer(peer routing.Peer) *Peer {
 			return nil, err
 		}
 		return httpx.NewTrackedConn(conn), nil
+	}
+	if opts.Transport == TransportMux {
+		dial := opts.Dial
+		if dial == nil {
+			dial = func(addr string) (net.Conn, error) { return dialPlain(addr) }
+			if opts.TLS != nil {
+				tlsDial := httpx.TLSDialer(peer.Addr, opts.TLS.Client, 500*time.Millisecond)
+				dial = func(addr string) (net.Conn, error) { return tlsDial(addr, 0) }
+			}
+		}
+		pc.mux = newMuxClient(c, peer.Addr, dial)
 	}
 	for i := range pc.outcomes {
 		pc.outcomes[i] = c.env.Metrics.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
@@ -405,12 +455,21 @@ func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fastht
 		MaxResponseBodySize:      maxBody,
 		DisablePathNormalizing:   true,
 		NoDefaultUserAgentHeader: true,
-		DialTimeout: func(addr string, _ time.Duration) (net.Conn, error) {
-			// A dead owner must cost little: fall back fast.
-			return fasthttp.DialTimeout(addr, 250*time.Millisecond)
-		},
+		DialTimeout:              func(addr string, _ time.Duration) (net.Conn, error) { return dialPlain(addr) },
 	}
 }
+
+// dialPlain opens a TCP connection to a peer. A dead owner must cost
+// little: fall back fast.
+func dialPlain(addr string) (net.Conn, error) {
+	return fasthttp.DialTimeout(addr, 250*time.Millisecond)
+}
+
+// Transports (Options.Transport).
+const (
+	TransportHTTP = "http"
+	TransportMux  = "mux"
+)
 
 // View is the membership view requests route by now.
 func (c *Node) View() *routing.View { return c.m.View() }
@@ -442,6 +501,9 @@ func (c *Node) CloseIdleConnections() {
 	if t := c.peers.Load(); t != nil {
 		for _, pc := range t.byID {
 			pc.hc.CloseIdleConnections()
+			if pc.mux != nil {
+				pc.mux.closeAll()
+			}
 		}
 	}
 }

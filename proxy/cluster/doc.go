@@ -30,6 +30,14 @@
 //	              listener's handler, peer TLS reloads (PreparePeerTLS)
 //	forward.go    forwarding to the key's owner (Begin, SetForwardHead, Do),
 //	              relaying its head, previous-owner read-through
+//	mux.go        the multiplexed peer transport (cluster.transport: mux):
+//	              its framing, request and answer payloads, limits
+//	muxwriter.go  a connection's batched writer (many frames per write)
+//	muxserver.go  the owner's side: the peer listener sorting HTTP from
+//	              mux connections (Listener), hello, requests served by
+//	              Local.ServePeer on pooled RequestCtxs
+//	muxclient.go  the edge's side: one connection per peer, dialled in
+//	              the background, requests matched to answers by id
 //	peerskip.go   per-peer breakers on the forwarded path (atomics, no allocation)
 //	purgelog.go   purge delivery: the purge log, retried queues to every
 //	              peer, catch-up of a node started from a snapshot
@@ -44,7 +52,9 @@
 // Invariants:
 //
 //   - A forwarded hit allocates nothing here: Begin, SetForwardHead, Do
-//     and RelayPeerHead use pooled requests and caller-owned buffers.
+//     and RelayPeerHead use pooled requests and caller-owned buffers; so
+//     does the mux transport, on both sides (pooled calls, tasks and
+//     RequestCtxs, queues that keep their capacity).
 //   - Every failure of the cluster machinery — owner down, slow, refusing,
 //     a generation mismatch — makes the caller serve the request locally,
 //     never a wrong or foreign answer.

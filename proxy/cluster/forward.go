@@ -58,9 +58,16 @@ func (c *Node) SetForwardHead(h *fasthttp.RequestHeader, gen uint64, tid, client
 func (c *Node) Do(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request, maxHints int) (resp *fasthttp.Response, ok bool) {
 	pc := f.pc
 	resp = fasthttp.AcquireResponse()
-	tok := httpx.WatchHints(req, client, maxHints)
-	err := pc.hc.DoDeadline(req, resp, time.Now().Add(c.timeout))
-	httpx.EndHints(req, tok)
+	var err error
+	sent := false
+	if mc := pc.muxConn(req); mc != nil {
+		sent, err = mc.do(client, req, resp, maxHints, c.timeout)
+	}
+	if !sent {
+		tok := httpx.WatchHints(req, client, maxHints)
+		err = pc.hc.DoDeadline(req, resp, time.Now().Add(c.timeout))
+		httpx.EndHints(req, tok)
+	}
 	outcome := breaker.Success
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		outcome = breaker.Ignored // a large object, served locally; the peer is fine
@@ -91,6 +98,16 @@ func (c *Node) Do(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request,
 	}
 	pc.outcomes[PeerOK].Inc()
 	return resp, true
+}
+
+// muxConn returns the multiplexed connection req goes over, nil when it
+// goes over HTTP: the transport is off, the method is not GET or HEAD,
+// or the peer has no connection open (yet, or it does not speak it).
+func (pc *Peer) muxConn(req *fasthttp.Request) *muxConn {
+	if pc.mux == nil || !(req.Header.IsGet() || req.Header.IsHead()) {
+		return nil
+	}
+	return pc.mux.conn(time.Now().UnixNano())
 }
 
 // RelayPeerHead copies an owner's answer head and appends this node's

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,6 +96,10 @@ type fakeLocal struct {
 	invalAll   int
 	tenants    *admission.Tenants
 	serveLarge bool // ServePeer answers a large body
+	// before, when set, runs first in ServePeer (without the lock).
+	before func(ctx *fasthttp.RequestCtx)
+	quiet  bool // ServePeer records nothing (benchmarks)
+	size   int  // serveLarge's body size (0: 4096)
 }
 
 // http1Head is what ServePeer saw of a forwarded request.
@@ -107,7 +112,15 @@ func newFakeLocal(id string) *fakeLocal {
 }
 
 func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
+	if l.before != nil {
+		l.before(ctx)
+	}
 	h := &ctx.Request.Header
+	if l.quiet {
+		ctx.Response.Header.Set("Cache-Control", "max-age=60")
+		ctx.SetBodyString("served by " + l.id)
+		return
+	}
 	l.mu.Lock()
 	l.served = append(l.served, string(h.RequestURI()))
 	l.headers = append(l.headers, http1Head{
@@ -123,7 +136,7 @@ func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
 	ctx.Response.Header.Set("Cache-Control", "max-age=60")
 	ctx.Response.Header.SetBytesKV(HTags, []byte("t0000000000000001"))
 	if large {
-		ctx.SetBody(bytes.Repeat([]byte("x"), 4096))
+		ctx.SetBody(bytes.Repeat([]byte("x"), cmp.Or(l.size, 4096)))
 		return
 	}
 	ctx.SetBodyString("served by " + l.id + " " + string(h.RequestURI()))
@@ -245,6 +258,9 @@ type setup struct {
 	env     func(id string, e *Env)
 	handler func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler
 	local   func(*fakeLocal)
+	// httpOnly, when set, says which nodes' peer listeners speak HTTP
+	// only (an older release: no Listener wrapper).
+	httpOnly func(id string) bool
 }
 
 func newHarness(t *testing.T, s setup, ids ...string) *harness {
@@ -278,7 +294,11 @@ func newHarness(t *testing.T, s setup, ids ...string) *harness {
 			handler = s.handler(n, handler)
 		}
 		n.srv = &fasthttp.Server{Handler: handler, NoDefaultDate: true}
-		go func() { _ = n.srv.Serve(n.ln) }()
+		var ln net.Listener = n.ln
+		if s.httpOnly == nil || !s.httpOnly(id) {
+			ln = n.node.Listener(ln)
+		}
+		go func() { _ = n.srv.Serve(ln) }()
 		h.nodes = append(h.nodes, n)
 	}
 	t.Cleanup(h.close)

@@ -1,0 +1,499 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/proxy/httpx"
+)
+
+// The owner's side of the multiplexed transport (mux.go): the peer
+// listener sorts its connections by their first byte, serves the
+// multiplexed ones here and hands every other to the HTTP server.
+
+// muxHelloTimeout bounds the first byte and the hello of a connection.
+const muxHelloTimeout = 5 * time.Second
+
+// Listener wraps the peer listener ln: a connection that opens with the
+// multiplexed transport's preface is served by the node, every other is
+// returned by Accept for the HTTP server, so both protocols share the
+// port (an edge on an older release keeps sending HTTP). Closing it
+// closes ln and every multiplexed connection.
+func (c *Node) Listener(ln net.Listener) net.Listener {
+	l := &peerListener{ln: ln, c: c, conns: make(chan net.Conn), done: make(chan struct{}), open: map[*muxServer]struct{}{}}
+	go l.run()
+	return l
+}
+
+// peerListener is what Listener returns.
+type peerListener struct {
+	ln    net.Listener
+	c     *Node
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+
+	mu   sync.Mutex
+	open map[*muxServer]struct{}
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *peerListener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		_ = l.ln.Close()
+		l.mu.Lock()
+		for s := range l.open {
+			go s.drain()
+		}
+		l.mu.Unlock()
+	})
+	return nil
+}
+
+func (l *peerListener) Addr() net.Addr { return l.ln.Addr() }
+
+// run accepts until the listener closes; a failed Accept that is not the
+// end is retried after a growing pause (as proxy/listener's does).
+func (l *peerListener) run() {
+	defer l.Close()
+	var pause time.Duration
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			l.c.logger.Warn("peer accept", "err", err, "retry_in", pause.String())
+			select {
+			case <-time.After(pause):
+			case <-l.done:
+				return
+			}
+			continue
+		}
+		pause = 0
+		go l.sort(conn)
+	}
+}
+
+// sort reads conn's first byte (after the TLS handshake, on a TLS
+// listener) on its own goroutine, within muxHelloTimeout, and serves
+// conn by the protocol it selects.
+func (l *peerListener) sort(conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(muxHelloTimeout))
+	var first [1]byte
+	if _, err := io.ReadFull(conn, first[:]); err != nil {
+		_ = conn.Close()
+		return
+	}
+	if first[0] == muxPreface[0] {
+		l.serveMux(conn)
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	var out net.Conn = &replayConn{Conn: conn, b: first[0], has: true}
+	if tc, ok := conn.(*tls.Conn); ok {
+		out = &tlsReplayConn{Conn: tc, b: first[0], has: true}
+	}
+	select {
+	case l.conns <- out:
+	case <-l.done:
+		_ = conn.Close()
+	}
+}
+
+// replayConn returns the byte read to sort the connection first.
+type replayConn struct {
+	net.Conn
+	b   byte
+	has bool
+}
+
+func (r *replayConn) Read(p []byte) (int, error) {
+	if r.has && len(p) > 0 {
+		p[0], r.has = r.b, false
+		return 1, nil
+	}
+	return r.Conn.Read(p)
+}
+
+// tlsReplayConn is a replayConn over TLS: fasthttp sees the connection's
+// TLS state (RequestCtx.IsTLS).
+type tlsReplayConn struct {
+	*tls.Conn
+	b   byte
+	has bool
+}
+
+func (r *tlsReplayConn) Read(p []byte) (int, error) {
+	if r.has && len(p) > 0 {
+		p[0], r.has = r.b, false
+		return 1, nil
+	}
+	return r.Conn.Read(p)
+}
+
+// muxServer is one multiplexed connection on the owner.
+type muxServer struct {
+	c    *Node
+	conn net.Conn
+	br   *bufio.Reader
+	w    *muxWriter
+	sem  chan struct{} // one per request in flight
+	work chan *muxTask // idle workers take tasks here
+	done chan struct{}
+	once sync.Once
+	log  fasthttp.Logger // the RequestCtx's
+
+	draining atomic.Bool   // the listener closed: read no more, answer what was read
+	lastID   atomic.Uint32 // the last request id read
+}
+
+// serveMux checks conn's preface and hello, then serves its requests
+// until it breaks or the listener closes.
+func (l *peerListener) serveMux(conn net.Conn) {
+	c := l.c
+	br := bufio.NewReaderSize(conn, 16<<10)
+	var pre [len(muxPreface) - 1]byte
+	if _, err := io.ReadFull(br, pre[:]); err != nil || string(pre[:]) != muxPreface[1:] {
+		_ = conn.Close()
+		return
+	}
+	var hdr [frameHeaderLen]byte
+	h, secret, err := readFrame(br, &hdr, nil, 4096)
+	if err != nil || h.typ != frameHello {
+		_ = conn.Close()
+		return
+	}
+	// The hello is the connection's authentication: the secret, as the
+	// HTTP path's Shield-Auth, and the caller's address, as its
+	// allow-list (checked again per request: membership changes).
+	if subtle.ConstantTimeCompare(secret, c.secret) != 1 || !c.allowedAddr(conn.RemoteAddr()) {
+		c.muxRefused.Inc()
+		_ = conn.SetWriteDeadline(time.Now().Add(muxHelloTimeout))
+		_, _ = conn.Write(appendFrameHeader(nil, frameError, 0, 1))
+		_, _ = conn.Write([]byte{errCodeForbidden})
+		_ = conn.Close()
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	s := &muxServer{c: c, conn: conn, br: br, w: newMuxWriter(conn, writeTimeout(c.timeout)),
+		sem: make(chan struct{}, muxMaxInflight), work: make(chan *muxTask), done: make(chan struct{}),
+		log: httpx.SlogPrinter{L: c.logger}}
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		_ = conn.Close()
+		return
+	default:
+	}
+	l.open[s] = struct{}{}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.open, s)
+		l.mu.Unlock()
+	}()
+	var ok [4]byte
+	binary.BigEndian.PutUint32(ok[:], muxMaxInflight)
+	s.w.send(frameHelloOK, 0, ok[:])
+	go s.w.run(func(error) { s.close() })
+	s.read()
+	s.finish()
+}
+
+// drain stops the connection gracefully: its reader stops at once
+// (finish then answers what it read, says goodbye and closes).
+func (s *muxServer) drain() {
+	s.draining.Store(true)
+	_ = s.conn.SetReadDeadline(time.Now())
+}
+
+// finish closes the connection once its reader stopped. When draining,
+// it first tells the edge the last request it read (the edge sends the
+// others over HTTP), and waits, at most a peer timeout, for the requests
+// in flight to be answered and written.
+func (s *muxServer) finish() {
+	if s.draining.Load() {
+		var last [4]byte
+		binary.BigEndian.PutUint32(last[:], s.lastID.Load())
+		s.w.send(frameGoAway, 0, last[:])
+		deadline := time.Now().Add(writeTimeout(s.c.timeout))
+		for (len(s.sem) > 0 || !s.w.flushed()) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	s.close()
+}
+
+// writeTimeout bounds one write of a connection: an edge that reads
+// nothing for that long is gone.
+func writeTimeout(peerTimeout time.Duration) time.Duration {
+	return max(peerTimeout, 10*time.Second)
+}
+
+// allowedAddr reports whether addr's IP is a peer's.
+func (c *Node) allowedAddr(addr net.Addr) bool {
+	var ip net.IP
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		ip = a.IP
+	default:
+		return false
+	}
+	a, ok := netip.AddrFromSlice(ip)
+	return ok && c.peers.Load().allowed[a.Unmap().String()]
+}
+
+func (s *muxServer) close() {
+	s.once.Do(func() {
+		close(s.done)
+		s.w.close()
+		_ = s.conn.Close()
+	})
+}
+
+// read reads request frames and hands each to a worker, at most
+// muxMaxInflight at once: beyond that it stops reading, so an edge
+// cannot make the owner hold more.
+func (s *muxServer) read() {
+	var hdr [frameHeaderLen]byte
+	for {
+		t := muxTaskPool.Get().(*muxTask)
+		h, buf, err := readFrame(s.br, &hdr, t.buf, muxMaxRequest)
+		t.buf = buf
+		if err != nil || h.typ != frameRequest {
+			muxTaskPool.Put(t)
+			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.c.logger.Debug("peer mux connection", "err", err)
+			}
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		case <-s.done:
+			muxTaskPool.Put(t)
+			return
+		}
+		t.s, t.id = s, h.id
+		s.lastID.Store(h.id)
+		select {
+		case s.work <- t:
+		default:
+			go s.worker(t)
+		}
+	}
+}
+
+// muxWorkerIdle is how long a worker waits for its next request.
+const muxWorkerIdle = 10 * time.Second
+
+// worker serves t, then the tasks it is handed until it idles out or
+// the connection closes.
+func (s *muxServer) worker(t *muxTask) {
+	idle := time.NewTimer(muxWorkerIdle)
+	defer idle.Stop()
+	for {
+		t.serve()
+		<-s.sem
+		idle.Reset(muxWorkerIdle)
+		select {
+		case t = <-s.work:
+		case <-idle.C:
+			return
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// muxTask is one request on an owner's multiplexed connection: its
+// RequestCtx, reset and reused (nothing of it is kept past the handler).
+type muxTask struct {
+	ctx   fasthttp.RequestCtx
+	conn  muxTaskConn
+	s     *muxServer
+	id    uint32
+	buf   []byte // the request frame's payload
+	hints bool
+}
+
+var muxTaskPool = sync.Pool{New: func() any {
+	t := &muxTask{}
+	t.conn.t = t
+	return t
+}}
+
+// muxTaskConn is the connection a multiplexed request's RequestCtx sees:
+// the real one's addresses, and a Write that sends the 103 heads
+// RequestCtx.EarlyHints writes to the edge as hint frames.
+type muxTaskConn struct {
+	net.Conn
+	t   *muxTask
+	buf []byte
+}
+
+func (c *muxTaskConn) Write(b []byte) (int, error) {
+	t := c.t
+	if !t.hints {
+		return len(b), nil
+	}
+	c.buf = append(c.buf, b...)
+	if bytes.HasSuffix(c.buf, []byte("\r\n\r\n")) {
+		t.s.w.send(frameHints, t.id, c.buf)
+		c.buf = c.buf[:0]
+	} else if len(c.buf) > httpx.MaxInterimHead {
+		c.buf = c.buf[:0]
+	}
+	return len(b), nil
+}
+
+func (c *muxTaskConn) Read([]byte) (int, error)         { return 0, io.EOF }
+func (c *muxTaskConn) Close() error                     { return nil }
+func (c *muxTaskConn) SetDeadline(time.Time) error      { return nil }
+func (c *muxTaskConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *muxTaskConn) SetWriteDeadline(time.Time) error { return nil }
+
+// serve serves the task's request and queues its answer, then returns
+// the task to its pool.
+func (t *muxTask) serve() {
+	s := t.s
+	ctx := &t.ctx
+	t.conn.Conn = s.conn
+	t.conn.buf = t.conn.buf[:0]
+	ctx.Init2(&t.conn, s.log, false)
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.ResetUserValues()
+	flags, err := decodeRequest(t.buf, &ctx.Request)
+	t.hints = flags&reqFlagHints != 0
+	if err != nil {
+		s.w.send(frameError, t.id, []byte{errCodeFailed})
+	} else {
+		s.c.serveMuxRequest(ctx)
+		s.answer(t.id, ctx)
+	}
+	t.hints = false
+	t.s = nil
+	t.conn.Conn = nil
+	ctx.Request.Reset()
+	ctx.Response.Reset()
+	ctx.ResetUserValues()
+	muxTaskPool.Put(t)
+}
+
+// serveMuxRequest serves one forwarded request as PeerHandler serves a
+// client's: the caller's address (the secret was the hello's), then the
+// generation (421 with ours), then Local.ServePeer. An answer without
+// Date is dated when it is framed (appendResponse). It never reaches the
+// peer protocol's endpoints (purges, hand-offs): those stay on HTTP.
+func (c *Node) serveMuxRequest(ctx *fasthttp.RequestCtx) {
+	var ipBuf [64]byte
+	if !c.peers.Load().allowed[string(appendRemoteIP(ipBuf[:0], ctx))] {
+		c.forbidden.Inc()
+		ctx.SetStatusCode(fasthttp.StatusForbidden)
+		ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))
+		ctx.SetBodyString("forbidden\n")
+		return
+	}
+	v := c.m.View()
+	gen, err := strconv.ParseUint(string(ctx.Request.Header.PeekBytes(hShieldGeneration)), 10, 64)
+	if err != nil || !v.Accepts(gen, ctx.Time()) {
+		c.misdirected.Inc()
+		ctx.SetStatusCode(fasthttp.StatusMisdirectedRequest)
+		var num [20]byte
+		ctx.Response.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], v.Current.Generation(), 10))
+		ctx.SetBodyString("misdirected: generation mismatch\n")
+		return
+	}
+	c.local.ServePeer(ctx)
+}
+
+// answer queues ctx's answer to request id. A streamed body is read
+// here, up to MaxBody: a larger one is refused (the edge serves the
+// request itself, as when the HTTP path's body is over its limit).
+func (s *muxServer) answer(id uint32, ctx *fasthttp.RequestCtx) {
+	resp := &ctx.Response
+	var body []byte
+	if resp.IsBodyStream() {
+		bp := payloadPool.Get().(*[]byte)
+		defer payloadPool.Put(bp)
+		b, err := readLimited((*bp)[:0], resp.BodyStream(), s.c.opts.MaxBody)
+		*bp = b
+		_ = resp.CloseBodyStream()
+		if err != nil {
+			code := errCodeFailed
+			if errors.Is(err, errFrameTooLarge) {
+				code = errCodeTooLarge
+			}
+			s.w.send(frameError, id, []byte{code})
+			return
+		}
+		body = b
+	} else {
+		body = resp.Body()
+	}
+	if s.c.opts.MaxBody > 0 && len(body) > s.c.opts.MaxBody {
+		s.w.send(frameError, id, []byte{errCodeTooLarge})
+		return
+	}
+	q, ok := s.w.begin()
+	if !ok {
+		return
+	}
+	start := len(q)
+	q = appendFrameHeader(q, frameResponse, id, 0)
+	q = appendResponse(q, resp, body, ctx.IsHead())
+	binary.BigEndian.PutUint32(q[start+5:start+9], uint32(len(q)-start-frameHeaderLen))
+	s.w.end(q)
+}
+
+// readLimited appends r's bytes to dst, failing with errFrameTooLarge
+// past limit (0: none).
+func readLimited(dst []byte, r io.Reader, limit int) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if limit > 0 && len(dst) > limit {
+			return dst, errFrameTooLarge
+		}
+		if errors.Is(err, io.EOF) {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
+}
