@@ -395,23 +395,30 @@ func openMux(t *testing.T, n *testNode, owner string) *muxConn {
 // allow, or breaks off mid-frame, fails the connection and the requests
 // on it at once (not at their timeout).
 func TestMuxOwnerMisbehaves(t *testing.T) {
-	for name, send := range map[string][]byte{
-		"goaway length":    append(appendFrameHeader(nil, frameGoAway, 0, 3), 0, 0, 0),
-		"request frame":    appendFrameHeader(nil, frameRequest, 1, 0),
-		"unknown type":     appendFrameHeader(nil, 99, 1, 0),
-		"hints too large":  appendFrameHeader(nil, frameHints, 1, httpx.MaxInterimHead+1),
-		"truncated answer": append(appendFrameHeader(nil, frameResponse, 1, 100), "only ten b"...),
-		"truncated hints":  append(appendFrameHeader(nil, frameHints, 1, 100), "only ten b"...),
-		"truncated goaway": append(appendFrameHeader(nil, frameGoAway, 0, 4), 0, 0),
-		"truncated header": {frameResponse, 0, 0},
-		"unknown id, cut":  append(appendFrameHeader(nil, frameResponse, 77, 100), "only ten b"...),
+	for name, c := range map[string]struct {
+		send []byte
+		// hangUp: the owner closes after sending; otherwise it keeps the
+		// connection open and the edge must fail it by itself.
+		hangUp bool
+	}{
+		"goaway length":    {send: append(appendFrameHeader(nil, frameGoAway, 0, 3), 0, 0, 0)},
+		"request frame":    {send: appendFrameHeader(nil, frameRequest, 1, 0)},
+		"unknown type":     {send: appendFrameHeader(nil, 99, 1, 0)},
+		"hints too large":  {send: appendFrameHeader(nil, frameHints, 1, httpx.MaxInterimHead+1)},
+		"truncated answer": {send: append(appendFrameHeader(nil, frameResponse, 1, 100), "only ten b"...), hangUp: true},
+		"truncated hints":  {send: append(appendFrameHeader(nil, frameHints, 1, 100), "only ten b"...), hangUp: true},
+		"truncated goaway": {send: append(appendFrameHeader(nil, frameGoAway, 0, 4), 0, 0), hangUp: true},
+		"truncated header": {send: []byte{frameResponse, 0, 0}, hangUp: true},
+		"unknown id, cut":  {send: append(appendFrameHeader(nil, frameResponse, 77, 100), "only ten b"...), hangUp: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			h := newHarness(t, muxSetup(nil, func(o *Options) { o.PeerTimeout = 5 * time.Second }), "a", "b")
 			a := h.node("a")
 			fakeOwner(t, h, h.node("b").addr, 16, func(conn net.Conn, _ uint32) {
-				_, _ = conn.Write(send)
-				_ = conn.Close()
+				_, _ = conn.Write(c.send)
+				if c.hangUp {
+					_ = conn.Close()
+				}
 			})
 			mc := openMux(t, a, "b")
 			start := time.Now()
