@@ -505,6 +505,9 @@ func TestMuxOwnerInflightLimit(t *testing.T) {
 	h := newHarness(t, muxSetup(nil, nil), "a", "b")
 	a := h.node("a")
 	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // the fake owner's reader never stays blocked
 	fakeOwner(t, h, h.node("b").addr, 1, func(conn net.Conn, id uint32) {
 		<-release
 		_, _ = conn.Write(muxAnswer(id, "over mux"))
@@ -520,7 +523,7 @@ func TestMuxOwnerInflightLimit(t *testing.T) {
 	if got := fwdBody(t, a, "b", "/second"); got != "over http" {
 		t.Errorf("second: %q, want it over HTTP", got)
 	}
-	close(release)
+	unblock()
 	if got := <-first; got != "over mux" {
 		t.Errorf("first: %q", got)
 	}
