@@ -98,6 +98,9 @@ type fakeLocal struct {
 	serveLarge bool // ServePeer answers a large body
 	// before, when set, runs first in ServePeer (without the lock).
 	before func(ctx *fasthttp.RequestCtx)
+	// answer, when set and it returns true, has answered the request
+	// itself (after before): ServePeer records it and adds nothing.
+	answer func(ctx *fasthttp.RequestCtx) bool
 	quiet  bool // ServePeer records nothing (benchmarks)
 	size   int  // serveLarge's body size (0: 4096)
 }
@@ -129,6 +132,9 @@ func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
 	})
 	large := l.serveLarge
 	l.mu.Unlock()
+	if l.answer != nil && l.answer(ctx) {
+		return
+	}
 	if string(ctx.Path()) == "/missing" {
 		ctx.SetStatusCode(fasthttp.StatusGatewayTimeout)
 		return
