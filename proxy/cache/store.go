@@ -49,7 +49,11 @@ const (
 	// entries whose key, value and 4-byte length prefix exceed a chunk.
 	maxSmallKV = 64*1024 - 4 - 1
 	// halfChunkKV is the largest key+value of which two fit one chunk.
-	halfChunkKV = 32*1024 - 4
+	// fastcache moves to the next chunk when an entry would END on the
+	// chunk boundary (fastcache.go: idxNew/chunkSize > chunkIdx), so two
+	// entries of exactly half a chunk each take a chunk of their own:
+	// one byte less, and they share one.
+	halfChunkKV = 32*1024 - 4 - 1
 )
 
 var chunkMagic = [4]byte{'S', 'H', 'C', '1'}

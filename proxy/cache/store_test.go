@@ -118,3 +118,29 @@ func BenchmarkStoreGetPieces(b *testing.B) {
 		}
 	}
 }
+
+// TestPiecesPackTwoPerChunk: whatever the key's length, two pieces of a
+// large entry fit one 64 KiB fastcache chunk. fastcache starts a new
+// chunk when an entry (4-byte header, key, value) would end exactly on
+// the chunk boundary, so two pieces of exactly half a chunk took a chunk
+// each: twice the memory, and a bucket's 8 chunks (a 256 MiB cache)
+// overflowed often enough that a stored 32 MiB entry under a long key
+// lost a piece at once and was a miss (e2e TestStreamedFillFanOut, about
+// one run in six). A round trip under a long key checks the pieces too.
+func TestPiecesPackTwoPerChunk(t *testing.T) {
+	const chunkSize = 64 << 10
+	for keyLen := 1; keyLen <= 512; keyLen++ {
+		pk := appendPieceKey(nil, bytes.Repeat([]byte{'k'}, keyLen), 1, 0)
+		piece := min(pieceSize, halfChunkKV-len(pk))
+		if kv := 4 + len(pk) + piece; 2*kv >= chunkSize {
+			t.Fatalf("key of %d bytes: two pieces take %d bytes, want fewer than %d", keyLen, 2*kv, chunkSize)
+		}
+	}
+	s := newTestStore(t)
+	key := bytes.Repeat([]byte{'k'}, 300)
+	v := bytes.Repeat([]byte("0123456789abcdef"), (3<<20)/16)
+	s.set(key, v)
+	if got, _ := s.getVerified(nil, key); !bytes.Equal(got, v) {
+		t.Fatalf("%d bytes back, want the %d written", len(got), len(v))
+	}
+}
