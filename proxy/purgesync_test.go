@@ -50,12 +50,7 @@ func peerSynced(peers []statuspage.Peer, id string) bool {
 // from its cache; a purge that peer applied meanwhile reaches the node
 // through the sync before it serves from its cache again.
 func TestPurgeSyncGate(t *testing.T) {
-	// No overlap to speak of: a node dropped from b's view gets b's
-	// purges only by the sync (inside the overlap it gets them directly:
-	// cluster.TestPurgeReachesLeavingNode).
-	setup := dynamicSetup
-	setup.overlap = time.Millisecond
-	c := newTestCluster(t, setup, "a", "b")
+	c := newTestCluster(t, dynamicSetup, "a", "b")
 	a, b := c.node("a"), c.node("b")
 	waitUntil(t, "both nodes in sync", func() bool { return !a.gated() && !b.gated() })
 	path := pathWhere(t, "gate", func(p string) bool { return a.owner(t, p) == "a" })
@@ -66,7 +61,6 @@ func TestPurgeSyncGate(t *testing.T) {
 
 	c.setPeers([]*testNode{b}, "b") // b drops a: b's purges skip a from now on
 	waitUntil(t, "a out of sync once b dropped it", a.gated)
-	waitUntil(t, "b's overlap window closed", func() bool { return !time.Now().Before(b.m.View().PreviousUntil) })
 	if st := a.p.Status(time.Now()).Cluster; st.CacheOpen || peerSynced(st.Peers, "b") {
 		t.Errorf("status of a out of sync: cache_open %v, b purge_synced %v; want both false", st.CacheOpen, peerSynced(st.Peers, "b"))
 	}

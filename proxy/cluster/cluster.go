@@ -205,10 +205,6 @@ type Options struct {
 type peerTable struct {
 	byID    map[string]*Peer
 	allowed map[string]bool // peer IPs allowed on the peer listener
-	// leaving are the previous view's peers the current one dropped: they
-	// serve through the overlap (cmd/shield's leave), so purges still go
-	// to them until the window closes (purgePeers).
-	leaving map[string]*Peer
 }
 
 // Peer is the client of one peer node.
@@ -340,7 +336,7 @@ func (c *Node) viewChanged(v *routing.View) {
 	if c.sync != nil {
 		c.sync.viewChanged(otherIDs(v, c.m.Self().ID), time.Now())
 	}
-	t := &peerTable{byID: map[string]*Peer{}, allowed: map[string]bool{}, leaving: map[string]*Peer{}}
+	t := &peerTable{byID: map[string]*Peer{}, allowed: map[string]bool{}}
 	for _, peer := range v.Current.Peers() {
 		pc := c.clients[peer.ID+"@"+peer.Addr]
 		if pc == nil {
@@ -360,14 +356,6 @@ func (c *Node) viewChanged(v *routing.View) {
 		for _, peer := range v.Previous.Peers() {
 			if host, _, err := net.SplitHostPort(peer.Addr); err == nil {
 				t.allowed[host] = true
-			}
-			if _, stays := t.byID[peer.ID]; !stays && peer.ID != c.m.Self().ID {
-				pc := c.clients[peer.ID+"@"+peer.Addr]
-				if pc == nil {
-					pc = c.newPeer(peer)
-					c.clients[peer.ID+"@"+peer.Addr] = pc
-				}
-				t.leaving[peer.ID] = pc
 			}
 		}
 	}

@@ -261,7 +261,7 @@ func TestPurgeQueuedUntilDelivered(t *testing.T) {
 			}
 			next(ctx)
 		}
-	}, overlap: time.Millisecond}, "a", "b") // a peer that leaves is gone at once (TestPurgeReachesLeavingNode)
+	}}, "a", "b")
 	a, b := h.node("a"), h.node("b")
 	first := NewPurge(url.Values{"url": {"http://example.test/1"}})
 	if d := a.node.Deliver(first, true); d.Peers["b"] != 503 || !slices.Equal(d.Pending, []string{"b"}) {
@@ -340,10 +340,9 @@ func TestOverflowPurgeStaysLocal(t *testing.T) {
 // TestPurgeRelayedAcrossViews: a purge from a peer whose view differs
 // from the receiver's is delivered on before it is acknowledged.
 func TestPurgeRelayedAcrossViews(t *testing.T) {
-	h := newHarness(t, setup{overlap: time.Millisecond}, "a", "b", "c")
+	h := newHarness(t, setup{}, "a", "b", "c")
 	a, c := h.node("a"), h.node("c")
 	h.setPeers([]*testNode{a}, "a", "b") // a does not know c
-	waitUntil(t, "the overlap window closed", func() bool { return !time.Now().Before(a.m.View().PreviousUntil) })
 	rec := NewPurge(url.Values{"url": {"http://example.test/r"}})
 	a.local.plog.Add(rec)
 	if d := a.node.Deliver(rec, true); d.Peers["b"] != 200 || len(d.Peers) != 1 {
@@ -392,9 +391,7 @@ func TestCatchUp(t *testing.T) {
 // its cache (the gate) until every peer in its view has answered that
 // it has the node in its view; a purge it missed arrives by the sync.
 func TestPurgeSyncGate(t *testing.T) {
-	// No overlap to speak of: a node dropped from the view gets no purge
-	// directly (TestPurgeReachesLeavingNode), only by the sync.
-	dynamic := setup{opts: func(o *Options) { o.DynamicMembership = true }, overlap: time.Millisecond}
+	dynamic := setup{opts: func(o *Options) { o.DynamicMembership = true }}
 	h := newHarness(t, dynamic, "a", "b")
 	a, b := h.node("a"), h.node("b")
 	waitUntil(t, "both in sync", func() bool { return !a.gate.Load() && !b.gate.Load() })
@@ -403,7 +400,6 @@ func TestPurgeSyncGate(t *testing.T) {
 	}
 	h.setPeers([]*testNode{b}, "b") // b drops a: its purges skip a
 	waitUntil(t, "a out of sync", a.gate.Load)
-	waitUntil(t, "the overlap window closed", func() bool { return !time.Now().Before(b.m.View().PreviousUntil) })
 	if st := a.node.Status(); st.CacheOpen {
 		t.Error("status: cache open out of sync")
 	}
@@ -621,42 +617,5 @@ func TestPeerEndpointsNotForClients(t *testing.T) {
 	r := h.peerReq(t, a.ip, b, "POST", purgePath+"?all=1", "", auth, a.gen(), "Shield-Client-Ip: 192.0.2.1")
 	if r.StatusCode() != 200 || !strings.HasPrefix(string(r.Body()), "served by b") || len(b.local.purges) != 0 {
 		t.Errorf("client purge through an edge: %d %q, purges %d", r.StatusCode(), r.Body(), len(b.local.purges))
-	}
-}
-
-// TestPurgeReachesLeavingNode: a node the view just dropped keeps serving
-// through the overlap (it drains, and peers with the previous view still
-// forward to it), so a purge issued meanwhile must reach it too — before
-// the fix it went to the current view only, and the leaving node could
-// serve an entry a completed purge had removed. Once the overlap window
-// has closed, purges go to the current view alone.
-func TestPurgeReachesLeavingNode(t *testing.T) {
-	h := newHarness(t, setup{}, "a", "b", "c")
-	a, c := h.node("a"), h.node("c")
-	h.setPeers([]*testNode{a}, "a", "b") // c left a's view
-	rec := NewPurge(url.Values{"url": {"http://example.test/leaving"}})
-	a.local.plog.Add(rec)
-	d := a.node.Deliver(rec, true)
-	if d.Peers["b"] != 200 || d.Peers["c"] != 200 || len(d.Pending) != 0 {
-		t.Fatalf("delivery %+v, want b and c to have it", d)
-	}
-	if !c.local.hasPurged("http://example.test/leaving") {
-		t.Fatal("the leaving node did not get the purge")
-	}
-	v := a.m.View()
-	if v.Previous == nil {
-		t.Fatal("no previous view after c left")
-	}
-	ids := func(ps []routing.Peer) (out []string) {
-		for _, p := range ps {
-			out = append(out, p.ID)
-		}
-		return out
-	}
-	if got := ids(purgePeers(v, v.PreviousUntil.Add(-time.Second))); !slices.Equal(got, []string{"a", "b", "c"}) {
-		t.Errorf("purge peers inside the overlap = %v, want a b c", got)
-	}
-	if got := ids(purgePeers(v, v.PreviousUntil.Add(time.Second))); !slices.Equal(got, []string{"a", "b"}) {
-		t.Errorf("purge peers after the overlap = %v, want a b", got)
 	}
 }

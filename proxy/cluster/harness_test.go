@@ -264,8 +264,6 @@ type setup struct {
 	env     func(id string, e *Env)
 	handler func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler
 	local   func(*fakeLocal)
-	// overlap is the membership's overlap window (0: a minute).
-	overlap time.Duration
 	// httpOnly, when set, says which nodes' peer listeners speak HTTP
 	// only (an older release: no Listener wrapper).
 	httpOnly func(id string) bool
@@ -283,11 +281,7 @@ func newHarness(t *testing.T, s setup, ids ...string) *harness {
 		if s.local != nil {
 			s.local(n.local)
 		}
-		overlap := time.Minute
-		if s.overlap > 0 {
-			overlap = s.overlap
-		}
-		n.m = routing.NewMembership(peers[i], overlap, nil)
+		n.m = routing.NewMembership(peers[i], time.Minute, nil)
 		n.m.Update(peers, time.Now())
 		opts := Options{Secret: testSecret, PeerTimeout: time.Second, MaxBody: 1 << 20, HandoffKeys: 10, Dial: h.net.dialFrom(n.ip)}
 		if s.opts != nil {

@@ -274,8 +274,7 @@ type Delivery struct {
 	Pending []string       `json:"pending"`
 }
 
-// Deliver sends r to every other peer of purgePeers: the current view's
-// and, inside the overlap window, the previous view's that left it. With wait it tries each
+// Deliver sends r to every other current peer. With wait it tries each
 // peer once, in parallel, and returns what answered within
 // purgeAnswerWait; a peer that did not acknowledge gets r through its
 // queue, retried. A peer that is behind (purges queued, or an attempt
@@ -293,20 +292,18 @@ func (c *Node) Deliver(r PurgeRecord, wait bool) Delivery {
 		id     string
 		status int
 	}
-	targets := purgePeers(v, time.Now())
-	answers := make(chan answer, len(targets))
+	answers := make(chan answer, v.Current.Len())
 	type try struct {
 		q *peerQueue
 		a *attempt
 	}
 	tries := map[string]try{}
-	table := c.peers.Load()
-	for _, peer := range targets {
+	for _, peer := range v.Current.Peers() {
 		if peer.ID == self {
 			continue
 		}
 		q := c.queueFor(peer.ID)
-		pc := table.purgeClient(peer.ID)
+		pc := c.peers.Load().byID[peer.ID]
 		if !wait || pc == nil || q.behind() {
 			q.push(r)
 			out.Pending = append(out.Pending, peer.ID)
@@ -425,7 +422,7 @@ func (c *Node) sendLoop(id string, q *peerQueue) {
 			}
 			return
 		}
-		pc := c.peers.Load().purgeClient(id)
+		pc := c.peers.Load().byID[id]
 		if pc != nil && c.sendPurgeRecord(pc, addr, v.Current.Generation(), *head) == fasthttp.StatusOK {
 			n := q.pop()
 			if failures > 0 {
@@ -500,40 +497,13 @@ func (c *Node) dropQueue(id string, q *peerQueue) int {
 
 // peerAddr is the address of peer id in v's current peer set ("": none).
 func peerAddr(v *routing.View, id string) string {
-	for _, peer := range purgePeers(v, time.Now()) {
+	var addr string
+	for _, peer := range v.Current.Peers() {
 		if peer.ID == id {
-			return peer.Addr
+			addr = peer.Addr
 		}
 	}
-	return ""
-}
-
-// purgePeers are the peers a purge goes to at now: the current view's
-// and, while the overlap window is open, the previous view's peers the
-// current one dropped. A node that left keeps serving through the
-// overlap (forwards routed by the previous generation, its own clients
-// while it drains), so it must keep getting purges until the window
-// closes, or it could serve an entry a completed purge removed.
-func purgePeers(v *routing.View, now time.Time) []routing.Peer {
-	peers := v.Current.Peers()
-	if v.Previous == nil || !now.Before(v.PreviousUntil) {
-		return peers
-	}
-	for _, peer := range v.Previous.Peers() {
-		if !slices.ContainsFunc(peers, func(p routing.Peer) bool { return p.ID == peer.ID }) {
-			peers = append(peers, peer)
-		}
-	}
-	return peers
-}
-
-// purgeClient is the client purges to peer id go through: a current
-// peer's, or a leaving one's (purgePeers).
-func (t *peerTable) purgeClient(id string) *Peer {
-	if pc := t.byID[id]; pc != nil {
-		return pc
-	}
-	return t.leaving[id]
+	return addr
 }
 
 // sendPurgeRecord delivers one purge to a peer; it returns the peer's
