@@ -152,25 +152,9 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 		p.g.notStored.Inc()
 		return answer{kind: ansUnstorable, resp: resp, body: body, reason: d.reason}
 	}
-	e := cache.Entry{
-		Kind:         cache.KindResponse,
-		Status:       status,
-		StoredAt:     respTime.UnixNano(),
-		InitialAge:   int64(d.initialAge),
-		Lifetime:     int64(d.lifetime),
-		SWR:          int64(d.swr),
-		SIE:          int64(d.sie),
-		FetchSeq:     seq,
-		URLDigest:    urlDigest,
-		Tags:         entryTags(fromPrev, prevTags, resp, rte),
-		ETag:         bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
-		LastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
-		Body:         body,
-	}
-	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
-	if rte.comp != nil && rte.comp.headersEligible(status, len(body), headers) {
-		headers = withVaryAE(headers) // what a client gets depends on its Accept-Encoding
-	}
+	e := responseEntry(resp, rte, &d, status, seq, urlDigest, fromPrev, prevTags, respTime)
+	e.Body = body
+	headers, vary, _ := entryFields(resp, rte, &d, status, len(body), respTime)
 	fasthttp.ReleaseResponse(resp)
 	enc, key, stored := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime)
 	if !stored {
@@ -605,6 +589,38 @@ func (p *Proxy) writeHitForMiss(rt *runtimeConfig, key []byte, seq int64, now ti
 	if p.cache.Put(key, cache.AppendEntry(nil, &e, nil, nil), &e, cache.PutOptions{}) {
 		p.g.hitForMiss.Inc()
 	}
+}
+
+// responseEntry is the entry of an origin answer the cache may store (d
+// says so), without its body: the buffered fill and the streamed fill
+// build it alike.
+func responseEntry(resp *fasthttp.Response, rte *route, d *decision, status int, seq int64, urlDigest uint64, fromPrev bool, prevTags []byte, respTime time.Time) cache.Entry {
+	return cache.Entry{
+		Kind:         cache.KindResponse,
+		Status:       status,
+		StoredAt:     respTime.UnixNano(),
+		InitialAge:   int64(d.initialAge),
+		Lifetime:     int64(d.lifetime),
+		SWR:          int64(d.swr),
+		SIE:          int64(d.sie),
+		FetchSeq:     seq,
+		URLDigest:    urlDigest,
+		Tags:         entryTags(fromPrev, prevTags, resp, rte),
+		ETag:         bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
+		LastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
+	}
+}
+
+// entryFields are the stored fields and Vary names of that answer; coded
+// says the route compresses it (a body of size bytes), and then the
+// fields carry Vary: Accept-Encoding.
+func entryFields(resp *fasthttp.Response, rte *route, d *decision, status, size int, respTime time.Time) (headers []cache.Header, vary [][]byte, coded bool) {
+	headers, vary = storedHeaders(resp, respTime, rte, d.strip)
+	coded = rte.comp != nil && rte.comp.headersEligible(status, size, headers)
+	if coded {
+		headers = withVaryAE(headers) // what a client gets depends on its Accept-Encoding
+	}
+	return headers, vary, coded
 }
 
 // entryTags are the surrogate key digests of a fetched answer: the

@@ -11,7 +11,6 @@ import (
 
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/proxy/cache"
-	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/proxy/upstream"
 )
 
@@ -204,25 +203,8 @@ func (p *Proxy) startFill(f *originFetch, resp *fasthttp.Response, l upstream.Le
 	if !d.storable {
 		return nil
 	}
-	e := cache.Entry{
-		Kind:         cache.KindResponse,
-		Status:       status,
-		StoredAt:     respTime.UnixNano(),
-		InitialAge:   int64(d.initialAge),
-		Lifetime:     int64(d.lifetime),
-		SWR:          int64(d.swr),
-		SIE:          int64(d.sie),
-		FetchSeq:     seq,
-		URLDigest:    f.urlDigest,
-		Tags:         entryTags(fromPrev, prevTags, resp, rte),
-		ETag:         bytes.Clone(resp.Header.PeekBytes(httpx.HETag)),
-		LastModified: bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified)),
-	}
-	headers, vary := storedHeaders(resp, respTime, rte, d.strip)
-	coded := rte.comp != nil && rte.comp.headersEligible(status, size, headers)
-	if coded {
-		headers = withVaryAE(headers) // what a client gets depends on its Accept-Encoding
-	}
+	e := responseEntry(resp, rte, &d, status, seq, f.urlDigest, fromPrev, prevTags, respTime)
+	headers, vary, coded := entryFields(resp, rte, &d, status, size, respTime)
 	key := storeKey(f.primary, &f.req.Header, vary)
 	e.KeyDigest = cachekey.Digest(key)
 	head := cache.AppendEntry(nil, &e, vary, headers)
