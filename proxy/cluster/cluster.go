@@ -340,11 +340,18 @@ func (c *Node) viewChanged(v *routing.View) {
 		c.sync.viewChanged(otherIDs(v, c.m.Self().ID), time.Now())
 	}
 	t := &peerTable{byID: map[string]*Peer{}, allowed: map[string]bool{}}
+	prev := c.peers.Load()
 	for _, peer := range v.Current.Peers() {
 		pc := c.clients[peer.ID+"@"+peer.Addr]
 		if pc == nil {
 			pc = c.newPeer(peer)
 			c.clients[peer.ID+"@"+peer.Addr] = pc
+		}
+		if pc.mux != nil && prev != nil && prev.byID[peer.ID] != pc {
+			// Back in the view after leaving it: it may have been
+			// upgraded meanwhile (a rolling upgrade), so a refusal of
+			// the mux transport is not held against it.
+			pc.mux.rejoined()
 		}
 		t.byID[peer.ID] = pc
 		if host, _, err := net.SplitHostPort(peer.Addr); err == nil {
