@@ -161,8 +161,8 @@ func TestClusterMixedRelease(t *testing.T) {
 
 	byOwner := ce.keysByOwner(n1, keyPaths("mixed", 30))
 	oldKeys, newKeys := byOwner[n3.id()], byOwner[n2.id()]
-	if len(oldKeys) < 2 || len(newKeys) < 2 {
-		t.Fatalf("want ≥ 2 of 30 keys owned by each of %s and %s: %v", n3.id(), n2.id(), byOwner)
+	if len(oldKeys) < 2 || len(newKeys) < 2 || len(byOwner[n1.id()]) == 0 {
+		t.Fatalf("want ≥ 2 of 30 keys owned by each of %s and %s, and one by %s: %v", n3.id(), n2.id(), n1.id(), byOwner)
 	}
 
 	// Served across releases, each answer relayed from its owner.
@@ -182,6 +182,10 @@ func TestClusterMixedRelease(t *testing.T) {
 		}
 		ce.waitMux(edge, other, byOwner[other.id()][0])
 		ce.wantTransports(edge, map[*clusterNode][]string{n3: oldKeys, other: byOwner[other.id()]}, map[*clusterNode]string{n3: "http", other: "mux"})
+		if m := ce.scrape(edge); m.transport(n3.id(), "mux") != 0 || m.transport(n3.id(), "http") == 0 {
+			t.Errorf("%s → %s (%s): %v forwards over mux, %v over http; want none over mux",
+				edge.id(), n3.id(), prevRelease, m.transport(n3.id(), "mux"), m.transport(n3.id(), "http"))
+		}
 	}
 
 	ce.upgrade(n3)
@@ -217,7 +221,8 @@ func (ce *clusterEnv) wantRelayed(edge, owner *clusterNode, p string, n int64) {
 	if body := decode(t, r); body.Path != p || body.N != n {
 		t.Errorf("GET %s via %s: body for %s (fetch %d), want %s (fetch %d)", p, edge.id(), body.Path, body.N, p, n)
 	}
-	if cs := r.header.Get("Cache-Status"); !strings.Contains(cs, "shield-edge; detail=peer-"+owner.id()) {
+	// The owner's member, then the edge's (a field line of its own).
+	if cs := strings.Join(r.header.Values("Cache-Status"), ", "); !strings.Contains(cs, "shield-edge; detail=peer-"+owner.id()) {
 		t.Errorf("GET %s via %s: Cache-Status %q, want a member relayed from %s", p, edge.id(), cs, owner.id())
 	}
 	if after := ce.scrape(edge).peerOK(owner.id()); after != before+1 {
@@ -283,6 +288,7 @@ func (ce *clusterEnv) wantPurgeHonoured(at, owner *clusterNode, p string) {
 		}
 	}
 	if acked {
+		t.Logf("purge of %s at %s: %s", p, at.id(), bytes.TrimSpace(res.body))
 		if !refetched() {
 			t.Fatalf("%s acknowledged the purge of %s issued at %s (%s), then served its old copy", owner.id(), p, at.id(), res.body)
 		}
