@@ -151,8 +151,12 @@ func prevReleaseConfig(bin string) func(clusterNodeConfig, *testing.T) string {
 // place (same id and ports, this tree's binary) and both edges switch to
 // mux with it.
 func TestClusterMixedRelease(t *testing.T) {
-	t.Parallel()
+	// Built (the first time on a machine, about a minute and a half on
+	// 2 cores) before t.Parallel: while this test runs alone, so the
+	// compile does not slow down the timing-sensitive tests running in
+	// parallel.
 	prev := prevReleaseBinary(t)
+	t.Parallel()
 	ce := newClusterEnv(t, 2)
 	n1, n2 := ce.nodes[0], ce.nodes[1]
 	n3 := ce.addNodeAs(prevRelease, prev, prevReleaseConfig(prev))
