@@ -200,6 +200,43 @@ func TestClusterMixedRelease(t *testing.T) {
 	ce.wantTransports(n1, map[*clusterNode][]string{n3: oldKeys, n2: newKeys}, map[*clusterNode]string{n3: "mux", n2: "mux"})
 }
 
+// TestClusterMixedReleaseMostlyOld is the first step of a rolling
+// upgrade: n1 of this tree joins n2 and n3 of the previous release. n1
+// serves and is served by both, misses coalesce and purges cross both
+// ways, and n1 reaches both over HTTP; once n2 is upgraded, n1 and n2
+// talk mux while both still reach n3 over HTTP.
+func TestClusterMixedReleaseMostlyOld(t *testing.T) {
+	prev := prevReleaseBinary(t) // before t.Parallel, as in TestClusterMixedRelease
+	t.Parallel()
+	ce := newClusterEnv(t, 1)
+	n1 := ce.nodes[0]
+	n2 := ce.addNodeAs(prevRelease, prev, prevReleaseConfig(prev))
+	n3 := ce.addNodeAs(prevRelease, prev, prevReleaseConfig(prev))
+	took := ce.waitConverged("n1 with n2 and n3 on "+prevRelease, ce.nodes...)
+	t.Logf("n1 joined n2 and n3 (%s): converged in %v", prevRelease, took.Round(time.Millisecond))
+
+	byOwner := ce.keysByOwner(n1, keyPaths("mostly-old", 36))
+	for _, n := range ce.nodes {
+		if len(byOwner[n.id()]) < 2 {
+			t.Fatalf("want ≥ 2 of 36 keys owned by each node: %v", byOwner)
+		}
+	}
+	k1, k2, k3 := byOwner[n1.id()], byOwner[n2.id()], byOwner[n3.id()]
+	ce.wantRelayed(n2, n3, k3[0], 1) // previous release → previous release
+	ce.wantRelayed(n3, n1, k1[0], 1) // previous release → this tree
+	ce.wantRelayed(n1, n2, k2[0], 1) // this tree → previous release
+	ce.wantMixedCoalescing(n2, n3)
+	ce.wantPurgeHonoured(n1, n3, k3[1])
+	ce.wantPurgeHonoured(n2, n1, k1[1])
+	ce.wantTransports(n1, map[*clusterNode][]string{n2: k2, n3: k3}, map[*clusterNode]string{n2: "http", n3: "http"})
+
+	ce.upgrade(n2)
+	ce.waitMux(n1, n2, k2[0])
+	ce.waitMux(n2, n1, k1[0])
+	ce.wantTransports(n1, map[*clusterNode][]string{n2: k2, n3: k3}, map[*clusterNode]string{n2: "mux", n3: "http"})
+	ce.wantTransports(n2, map[*clusterNode][]string{n1: k1, n3: k3}, map[*clusterNode]string{n1: "mux", n3: "http"})
+}
+
 // keysByOwner warms paths through via and groups them by owner.
 func (ce *clusterEnv) keysByOwner(via *clusterNode, paths []string) map[string][]string {
 	ce.t.Helper()
@@ -239,8 +276,9 @@ func (ce *clusterEnv) wantRelayed(edge, owner *clusterNode, p string, n int64) {
 
 // wantMixedCoalescing sends concurrent misses for cold keys through
 // every node at once: one origin fetch per key, whichever release owns
-// it and whichever the edge runs. Some keys must be old's.
-func (ce *clusterEnv) wantMixedCoalescing(old *clusterNode) {
+// it and whichever the edge runs. Some keys must be owned by the nodes
+// of the previous release (old), some by this tree's.
+func (ce *clusterEnv) wantMixedCoalescing(old ...*clusterNode) {
 	ce.t.Helper()
 	paths := keyPaths("mixed-coalesce", 16)
 	ce.wantOneFetchPerKey("misses across releases", ce.nodes, 4, paths)
@@ -248,8 +286,12 @@ func (ce *clusterEnv) wantMixedCoalescing(old *clusterNode) {
 	for _, o := range ce.owners(ce.nodes[0], paths) {
 		owned[o]++
 	}
-	if owned[old.id()] == 0 || owned[old.id()] == len(paths) {
-		ce.t.Fatalf("owners of the coalescing keys %v: want some on %s (previous release) and some on this tree's nodes", owned, old.id())
+	onOld := 0
+	for _, n := range old {
+		onOld += owned[n.id()]
+	}
+	if onOld == 0 || onOld == len(paths) {
+		ce.t.Fatalf("owners of the coalescing keys %v: want some on the previous release's nodes and some on this tree's", owned)
 	}
 	ce.t.Logf("coalescing keys by owner: %v", owned)
 }
