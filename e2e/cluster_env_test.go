@@ -53,6 +53,12 @@ type clusterNodeConfig struct {
 // environment per process, which the harness's startProcess does not take.
 func (cfg clusterNodeConfig) config(t *testing.T) string {
 	t.Helper()
+	return buildConfig(t, cfg.opts(t)...)
+}
+
+// opts are the settings config writes, before defaults.
+func (cfg clusterNodeConfig) opts(t *testing.T) []confOpt {
+	t.Helper()
 	overlap, maxAge := 2*time.Second, time.Duration(0)
 	if cfg.Overlap != "" {
 		overlap = mustDuration(t, cfg.Overlap)
@@ -60,7 +66,7 @@ func (cfg clusterNodeConfig) config(t *testing.T) string {
 	if cfg.HotKeyMaxAge != "" {
 		maxAge = mustDuration(t, cfg.HotKeyMaxAge)
 	}
-	return buildConfig(t, demoNode(cfg.Listen, cfg.Admin, cfg.Origin), with(func(c *config.Config) {
+	return []confOpt{demoNode(cfg.Listen, cfg.Admin, cfg.Origin), with(func(c *config.Config) {
 		c.Server.DrainTimeout = 6 * time.Second
 		c.Cache.Path = cfg.CachePath
 		c.Cluster = &config.Cluster{
@@ -71,7 +77,7 @@ func (cfg clusterNodeConfig) config(t *testing.T) string {
 		if cfg.Edit != nil {
 			cfg.Edit(c)
 		}
-	}))
+	})}
 }
 
 // mustDuration parses a Go duration a test wrote.
@@ -116,7 +122,9 @@ func newClusterEnv(t *testing.T, n int, opts ...func(*clusterNodeConfig)) *clust
 	for range n {
 		ce.addNode()
 	}
-	ce.waitConverged("initial membership", ce.nodes...)
+	if n > 0 {
+		ce.waitConverged("initial membership", ce.nodes...)
+	}
 	return ce
 }
 
@@ -131,6 +139,14 @@ func (ce *clusterEnv) on(t *testing.T) *clusterEnv {
 // addNode starts the next node (n<k>) and waits for its /readyz; it does
 // not wait for the cluster to see it.
 func (ce *clusterEnv) addNode() *clusterNode {
+	ce.t.Helper()
+	return ce.addNodeAs("", binPath(ce.t, "shield"), clusterNodeConfig.config)
+}
+
+// addNodeAs is addNode with another shield binary (release names it in
+// the process's name, "" for this tree's) and the configuration render
+// writes for it.
+func (ce *clusterEnv) addNodeAs(release, bin string, render func(clusterNodeConfig, *testing.T) string) *clusterNode {
 	t := ce.t
 	t.Helper()
 	cfg := clusterNodeConfig{
@@ -146,9 +162,13 @@ func (ce *clusterEnv) addNode() *clusterNode {
 	for _, o := range ce.opts {
 		o(&cfg)
 	}
-	path := writeFile(t, cfg.NodeID+".yaml", cfg.config(t))
+	path := writeFile(t, cfg.NodeID+".yaml", render(cfg, t))
 	node := &clusterNode{cfg: cfg}
-	node.proc = startProcess(t, "shield "+cfg.NodeID, binPath(t, "shield"), "-config", path)
+	name := "shield " + cfg.NodeID
+	if release != "" {
+		name += " (" + release + ")"
+	}
+	node.proc = startProcess(t, name, bin, "-config", path)
 	node.proc.waitReady(t, "http://"+cfg.Admin+"/readyz")
 	ce.nodes = append(ce.nodes, node)
 	return node

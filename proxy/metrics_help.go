@@ -101,6 +101,7 @@ var metricHelp = map[string][2]string{
 	"shield_cluster_generation":                    {"gauge", "Current peer set generation (top 53 bits of the 64-bit value)."},
 	"shield_consul_reachable":                      {"gauge", "1 when the membership source (Consul) answers, else 0."},
 	"shield_peer_requests_total":                   {"counter", "Requests forwarded to owners, by peer and outcome (ok, error, misdirected, forbidden, skipped)."},
+	"shield_peer_transport_total":                  {"counter", "Requests forwarded to owners, by peer and the transport that carried them (mux, or http: cluster.transport http, a peer on an older release, or no multiplexed connection open yet)."},
 	"shield_peer_read_through_total":               {"counter", "Previous-owner read-throughs inside the overlap window, by outcome."},
 	"shield_near_copies_stored_total":              {"counter", "Near copies of hot keys stored at this edge."},
 	"shield_near_copy_hits_total":                  {"counter", "Requests answered from a near copy without forwarding."},

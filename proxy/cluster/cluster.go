@@ -214,6 +214,9 @@ type Peer struct {
 	mux      *muxClient // nil: forwarded requests go over HTTP
 	skip     peerSkip   // skips a failing peer for a while
 	outcomes [numPeerOutcomes]*metrics.Counter
+	// viaMux and viaHTTP count forwarded requests by the transport that
+	// carried them (shield_peer_transport_total).
+	viaMux, viaHTTP *metrics.Counter
 }
 
 // ID is the peer's node id.
@@ -337,11 +340,18 @@ func (c *Node) viewChanged(v *routing.View) {
 		c.sync.viewChanged(otherIDs(v, c.m.Self().ID), time.Now())
 	}
 	t := &peerTable{byID: map[string]*Peer{}, allowed: map[string]bool{}}
+	prev := c.peers.Load()
 	for _, peer := range v.Current.Peers() {
 		pc := c.clients[peer.ID+"@"+peer.Addr]
 		if pc == nil {
 			pc = c.newPeer(peer)
 			c.clients[peer.ID+"@"+peer.Addr] = pc
+		}
+		if pc.mux != nil && prev != nil && prev.byID[peer.ID] != pc {
+			// Back in the view after leaving it: it may have been
+			// upgraded meanwhile (a rolling upgrade), so a refusal of
+			// the mux transport is not held against it.
+			pc.mux.rejoined()
 		}
 		t.byID[peer.ID] = pc
 		if host, _, err := net.SplitHostPort(peer.Addr); err == nil {
@@ -413,6 +423,8 @@ func (c *Node) newPeer(peer routing.Peer) *Peer {
 	for i := range pc.outcomes {
 		pc.outcomes[i] = c.env.Metrics.GetOrCreateCounter(`shield_peer_requests_total{peer="` + peer.ID + `",outcome="` + peerOutcomeLabels[i] + `"}`)
 	}
+	pc.viaMux = c.env.Metrics.GetOrCreateCounter(`shield_peer_transport_total{peer="` + peer.ID + `",transport="` + TransportMux + `"}`)
+	pc.viaHTTP = c.env.Metrics.GetOrCreateCounter(`shield_peer_transport_total{peer="` + peer.ID + `",transport="` + TransportHTTP + `"}`)
 	return pc
 }
 
@@ -605,10 +617,20 @@ func (c *Node) InvalidateEverywhere(rawURL string, tid []byte) {
 }
 
 // setPeerHead addresses a request to a peer: its address as Host, the
-// shared secret and the generation this node routes by.
+// shared secret and the generation this node routes by (setPeerAuth).
 func (c *Node) setPeerHead(h *fasthttp.RequestHeader, addr string, gen uint64) {
-	var num [20]byte
 	h.SetHost(addr)
+	c.setPeerAuth(h, gen)
+}
+
+// setPeerAuth sets the two fields every request to a peer carries over
+// HTTP — the shared secret and the generation the sender routes by — and
+// is the one place that writes them: forwards (SetForwardHead),
+// read-throughs, purges, purge logs and sync, usage and hand-offs. A
+// multiplexed connection carries the secret in its hello instead
+// (appendRequest drops the field).
+func (c *Node) setPeerAuth(h *fasthttp.RequestHeader, gen uint64) {
+	var num [20]byte
 	h.SetBytesKV(hShieldAuth, c.secret)
 	h.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
 }

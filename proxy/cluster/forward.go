@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -44,10 +43,8 @@ func (c *Node) Begin(owner string, now int64) (f Forward, ok bool) {
 // the generation routed by, the tenant the edge admitted it for, the
 // shared secret, and the client's address.
 func (c *Node) SetForwardHead(h *fasthttp.RequestHeader, gen uint64, tid, clientIP []byte) {
-	var num [20]byte
-	h.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
+	c.setPeerAuth(h, gen)
 	h.SetBytesKV(HTenant, tid)
-	h.SetBytesKV(hShieldAuth, c.secret)
 	h.SetBytesKV(HClientIP, clientIP) // for owners from before Shield-Forwarded
 }
 
@@ -63,7 +60,10 @@ func (c *Node) Do(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request,
 	if mc := pc.muxConn(req); mc != nil {
 		sent, err = mc.do(client, req, resp, maxHints, c.timeout)
 	}
-	if !sent {
+	if sent {
+		pc.viaMux.Inc()
+	} else {
+		pc.viaHTTP.Inc()
 		tok := httpx.WatchHints(req, client, maxHints)
 		err = pc.hc.DoDeadline(req, resp, time.Now().Add(c.timeout))
 		httpx.EndHints(req, tok)
@@ -153,10 +153,7 @@ func (c *Node) ReadThrough(pc *Peer, req *fasthttp.Request, tid []byte, resp *fa
 	pr := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(pr)
 	req.CopyTo(pr)
-	v := c.m.View()
-	var num [20]byte
-	pr.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], v.Current.Generation(), 10))
-	pr.Header.SetBytesKV(hShieldAuth, c.secret)
+	c.setPeerAuth(&pr.Header, c.m.View().Current.Generation())
 	pr.Header.SetBytesKV(HTenant, tid)
 	pr.Header.SetBytesKV(HReadThrough, []byte("1"))
 	// A short bound: the previous owner answers from memory or not at all.

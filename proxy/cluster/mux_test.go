@@ -385,6 +385,44 @@ func TestMuxOldPeer(t *testing.T) {
 	}
 }
 
+// TestMuxOldPeerRejoins: a peer that refused the transport is tried
+// again at once when it leaves the view and comes back (an upgraded node
+// restarting), not a minute later; forwards are counted by transport.
+func TestMuxOldPeerRejoins(t *testing.T) {
+	s := muxSetup(nil, nil)
+	s.httpOnly = func(id string) bool { return id == "b" }
+	h := newHarness(t, s, "a", "b")
+	a := h.node("a")
+	m := a.node.Peer("b").mux // b's client outlives its leaving the view
+	notBefore := func() int64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.dialing {
+			return -1
+		}
+		return m.notBefore
+	}
+	for i := range 3 {
+		fwdBody(t, a, "b", fmt.Sprintf("/old/%d", i))
+	}
+	waitUntil(t, "the refusal remembered", func() bool { return notBefore() > time.Now().Add(muxRefusedFor/2).UnixNano() })
+	h.setPeers([]*testNode{a}, "a")
+	if nb := notBefore(); nb < time.Now().UnixNano() {
+		t.Fatalf("the refusal forgotten when b left the view (notBefore %d)", nb)
+	}
+	h.setPeers([]*testNode{a}, "a", "b")
+	if nb := notBefore(); nb != 0 {
+		t.Fatalf("b came back into the view: notBefore %d, want 0 (dial at the next request)", nb)
+	}
+	fwdBody(t, a, "b", "/old/again")
+	waitUntil(t, "b refused again at its first request", func() bool { return notBefore() > time.Now().Add(muxRefusedFor/2).UnixNano() })
+	viaHTTP := a.set.GetOrCreateCounter(`shield_peer_transport_total{peer="b",transport="http"}`).Get()
+	viaMux := a.set.GetOrCreateCounter(`shield_peer_transport_total{peer="b",transport="mux"}`).Get()
+	if viaHTTP != 4 || viaMux != 0 {
+		t.Errorf("forwards to b by transport: http %d, mux %d; want 4, 0", viaHTTP, viaMux)
+	}
+}
+
 // TestMuxFrameLimits: a request frame above its limit, or of a type an
 // edge does not send, closes the connection; an answer above MaxBody is
 // refused and served locally by the edge.

@@ -22,7 +22,8 @@ import (
 // connection per peer, dialled in the background on first use (requests
 // go over HTTP meanwhile), redialled once it breaks. A peer that answers
 // the preface as HTTP (an older release) is remembered for
-// muxRefusedFor and reached over HTTP until then.
+// muxRefusedFor and reached over HTTP until then, or until it leaves the
+// view and comes back (rejoined: an upgraded node restarts).
 
 // muxRefusedFor is how long a peer that refused the transport is not
 // asked again; muxRedialAfter spaces failed dials.
@@ -97,6 +98,14 @@ func (m *muxClient) connect() {
 	if err != nil {
 		m.c.logger.Debug("peer mux connection not opened, using HTTP", "peer", m.addr, "err", err)
 	}
+}
+
+// rejoined lets the next request dial at once: the peer came back into
+// the view, perhaps on a release that speaks the transport now.
+func (m *muxClient) rejoined() {
+	m.mu.Lock()
+	m.notBefore = 0
+	m.mu.Unlock()
 }
 
 func (m *muxClient) open() (*muxConn, error) {
