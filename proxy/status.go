@@ -69,7 +69,7 @@ func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	if ds, ok := p.cache.DiskStats(); ok {
 		s.Cache.Disk = &statuspage.DiskTier{Entries: ds.Objects, Bytes: ds.Bytes, MaxBytes: ds.MaxBytes,
 			Hits: ds.Hits, Misses: ds.Misses, Writes: ds.Writes, Evictions: ds.Evictions, Errors: ds.Errors,
-			Corrupt: ds.Corrupt, Degraded: ds.Degraded, DegradedTotal: ds.DegradedTotal}
+			Corrupt: ds.Corrupt, Degraded: ds.Degraded, DegradedTotal: ds.DegradedTotal, Dropped: ds.Dropped}
 	}
 	if c := p.cluster.Load(); c != nil {
 		s.Cluster = c.Status()

@@ -177,6 +177,9 @@ type DiskTier struct {
 	// at a time); DegradedTotal counts the times it happened.
 	Degraded      bool   `json:"degraded"`
 	DegradedTotal uint64 `json:"degraded_total"`
+	// Dropped counts answers neither tier kept (the disk failed them and
+	// they were too large for memory): served, not stored.
+	Dropped uint64 `json:"dropped"`
 }
 
 //go:embed status.html status.css
