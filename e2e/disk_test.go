@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -145,4 +148,97 @@ func TestDiskTierCapacity(t *testing.T) {
 	readBack("after SIGTERM")
 	restart(syscall.SIGKILL)
 	readBack("after kill -9")
+}
+
+// TestDiskTierFailing: the disk tier failing under a running node never
+// crashes it nor serves a wrong body. Its directory removed: entries are
+// misses, fetched again and written again (the directories recreated),
+// then hits. Its temporary directory replaced by a file (every write
+// fails): a warning is logged, shield_cache_disk_degraded is 1, entries
+// memory takes are cached there, larger ones are served whole and
+// counted dropped, not stored.
+func TestDiskTierFailing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	diskDir := filepath.Join(dir, "disk")
+	e := newEnv(t, func(c *shieldConfig) {
+		c.CachePath = filepath.Join(dir, "cache")
+		c.MaxObjectSize = "16MiB"
+		c.Extra = append(c.Extra, with(func(cc *config.Config) {
+			cc.Cache.Size = 64 * config.MiB // memory takes up to 8 MiB
+			cc.Cache.Disk = &config.CacheDisk{Path: diskDir, Size: 256 * config.MiB}
+		}))
+	})
+	// rate: the origin sends at 1 GiB/s and says its body's sha256.
+	target := func(name string, size int) string {
+		return fmt.Sprintf("/failing/%s?size=%d&rate=%d&cc=public,max-age=3600", name, size, 1<<30)
+	}
+	// get fetches name and checks the body against the origin's sum;
+	// it returns whether the answer was a hit.
+	get := func(name string, size int) bool {
+		t.Helper()
+		r := e.get(target(name, size))
+		sum := sha256.Sum256(r.body)
+		if r.status != 200 || len(r.body) != size || r.header.Get("X-Origin-Body-Sha256") != hex.EncodeToString(sum[:]) {
+			t.Fatalf("%s: %d, %d bytes, sha256 %x, origin says %q", name, r.status, len(r.body), sum, r.header.Get("X-Origin-Body-Sha256"))
+		}
+		return parseCacheStatus(r.header).hit
+	}
+	metric := func(name string) float64 { v, _ := promText(e.metrics()).value(name); return v }
+	const objects = 8
+	pass := func() (hits int) {
+		for i := range objects {
+			if get(strconv.Itoa(i), 1<<20) {
+				hits++
+			}
+		}
+		return hits
+	}
+	pass()
+	if hits := pass(); hits != objects || metric("shield_cache_disk_entries") != objects {
+		t.Fatalf("healthy: %d/%d hits, %v disk entries", hits, objects, metric("shield_cache_disk_entries"))
+	}
+
+	if err := os.RemoveAll(diskDir); err != nil {
+		t.Fatal(err)
+	}
+	missed := objects - pass()
+	hits := pass()
+	t.Logf("disk directory removed: %d/%d misses, then %d/%d hits; %v disk entries, %v errors",
+		missed, objects, hits, objects, metric("shield_cache_disk_entries"), metric("shield_cache_disk_errors_total"))
+	if missed != objects || hits != objects || metric("shield_cache_disk_entries") != objects {
+		t.Errorf("disk directory removed: %d misses then %d hits of %d, %v disk entries; want all missed, then all hits from disk again",
+			missed, hits, objects, metric("shield_cache_disk_entries"))
+	}
+
+	tmp := filepath.Join(diskDir, "tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		small, large := get("small", 1<<20), get("large", 12<<20)
+		if i > 0 && (!small || large) {
+			t.Errorf("failing disk, round %d: 1 MiB hit %v (want true, kept in memory), 12 MiB hit %v (want false, too large for memory)", i, small, large)
+		}
+	}
+	if e.shield.exited() {
+		t.Fatal("shield exited on a failing disk")
+	}
+	m := promText(e.metrics())
+	val := func(name string) float64 { v, _ := m.value(name); return v }
+	t.Logf("failing disk: %v errors, degraded %v (%v times), %v dropped; stored %v", val("shield_cache_disk_errors_total"),
+		val("shield_cache_disk_degraded"), val("shield_cache_disk_degraded_total"), val("shield_cache_disk_dropped_total"),
+		val(`shield_cache_stored_total{route="demo"}`))
+	// Stored: the objects twice (before and after the removal) and the
+	// small one; never the dropped large one.
+	if val("shield_cache_disk_errors_total") < 1 || val("shield_cache_disk_degraded") != 1 || val("shield_cache_disk_dropped_total") != 3 ||
+		val(`shield_cache_stored_total{route="demo"}`) != 2*objects+1 {
+		t.Errorf("failing disk metrics: want errors, degraded 1, 3 dropped, %d stored", 2*objects+1)
+	}
+	if log := e.shield.stderr.String(); !strings.Contains(log, "cache disk tier failing") {
+		t.Errorf("no warning logged for the failing disk:\n%s", log)
+	}
 }
