@@ -138,8 +138,11 @@ func TestDiskTierCapacity(t *testing.T) {
 		e.client.CloseIdleConnections()
 		start := time.Now()
 		e.shield.signal(t, sig)
-		e.shield.wait(t)
+		code := e.shield.wait(t)
 		stopped := time.Since(start)
+		if sig == syscall.SIGTERM && code != 0 {
+			t.Errorf("shield exited %d on SIGTERM, want 0", code)
+		}
 		e.startShield()
 		t.Logf("%v: stopped in %v, ready again in %v; disk tier %v entries", sig, stopped.Round(time.Millisecond),
 			(time.Since(start) - stopped).Round(time.Millisecond), metric("shield_cache_disk_entries"))
