@@ -479,7 +479,9 @@ func (d *disk) commit(digest uint64, w diskWrite, e *Entry) error {
 	}
 	if err != nil {
 		_ = os.Remove(w.tmp)
-		d.dropLocked(digest, false)
+		// The key's older file goes too: the entry that failed is newer,
+		// and a file left unindexed would come back at the next start.
+		d.dropLocked(digest, true)
 		return err
 	}
 	d.dropLocked(digest, false)

@@ -443,6 +443,36 @@ func TestDiskFailureDropsLargeEntry(t *testing.T) {
 	}
 }
 
+// TestDiskCommitFailureRemovesOlderFile: when the rename that commits a
+// newer entry fails, the key's older file is removed, not only forgotten
+// (a file left unindexed would come back at the next start).
+func TestDiskCommitFailureRemovesOlderFile(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	key := []byte("k")
+	enc, e := response(key, c.Invalidations().Next(), bigBody(8<<10, "old"))
+	if !c.Put(key, enc, e, PutOptions{}) || len(diskFiles(t, dir)) != 1 {
+		t.Fatal("the older entry is not a file")
+	}
+	enc2, e2 := response(key, c.Invalidations().Next(), bigBody(8<<10, "new"))
+	w, err := c.d.write(key, enc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(w.tmp); err != nil { // the rename will fail
+		t.Fatal(err)
+	}
+	if err := c.d.commit(cachekey.Digest(key), w, e2); err == nil {
+		t.Fatal("commit of a vanished write succeeded")
+	}
+	if files := diskFiles(t, dir); len(files) != 0 {
+		t.Fatalf("files after the failed commit: %v, want the older one removed", files)
+	}
+	if st, _ := c.DiskStats(); st.Objects != 0 || st.Bytes != 0 {
+		t.Fatalf("stats %+v after the failed commit", st)
+	}
+}
+
 // FuzzDiskFile: no truncation or corruption of a valid file decodes as
 // valid; the file itself does, to the same key and entry.
 func FuzzDiskFile(f *testing.F) {
