@@ -78,6 +78,7 @@ func TestAlertRules(t *testing.T) {
 		{"ConsulUnreachable", []string{"shield_consul_reachable == 0"}, "2m", []string{"warning", "critical"}},
 		{"PurgeSyncStuck", []string{"shield_purge_sync_pending > 0"}, "2m", []string{"warning", "critical"}},
 		{"CacheNearFull", []string{"shield_cache_bytes / shield_cache_max_bytes > 0.95"}, "", []string{"info", "warning"}},
+		{"CacheDiskDegraded", []string{"shield_cache_disk_degraded"}, "10m", []string{"warning"}},
 		{"Shield5xxRate", []string{`shield_requests_total{cache="error"}`}, "", []string{"warning", "critical"}},
 	}
 	for _, tt := range tests {

@@ -192,6 +192,9 @@ func TestDashboardPanels(t *testing.T) {
 		{"Request latency quantiles", []string{`histogram_quantile\(0\.5, sum by \(le\) \(rate\(shield_request_duration_seconds_bucket`, `histogram_quantile\(0\.99,`}},
 		{"Cache bytes", []string{`shield_cache_bytes`, `shield_cache_max_bytes`}},
 		{"Cache entries", []string{`shield_cache_entries`}},
+		{"Disk tier bytes and entries", []string{`shield_cache_disk_bytes`, `shield_cache_disk_max_bytes`, `shield_cache_disk_entries`}},
+		{"Disk tier hits, writes, evictions, errors", []string{`rate\(shield_cache_disk_hits_total`, `rate\(shield_cache_disk_writes_total`,
+			`rate\(shield_cache_disk_evictions_total`, `rate\(shield_cache_disk_errors_total`, `shield_cache_disk_degraded`}},
 		{"Origin in-flight vs budget limit", []string{`shield_origin_budget_in_flight`, `shield_origin_budget_limit`}},
 	}
 	for _, tt := range tests {

@@ -364,7 +364,7 @@ func TestRealScrapeFamilies(t *testing.T) {
 		"shield_cluster_generation_changes_total", "shield_consul_reachable", "shield_purge_sync_pending", "shield_cache_bytes",
 		"shield_cache_max_bytes", "shield_cache_entries", "shield_origin_budget_in_flight",
 		"shield_origin_budget_limit", "shield_purges_total", "shield_config_reloads_total",
-		"shield_config_reload_failures_total",
+		"shield_config_reload_failures_total", "shield_cache_disk_degraded", "shield_cache_disk_bytes", "shield_cache_disk_dropped_total",
 	} {
 		if !slices.Contains(fams, want) {
 			t.Errorf("real scrape has no %s family", want)

@@ -275,3 +275,58 @@ func checkDOM(t *testing.T, node, dom string, s *statuspage.Status) {
 		t.Error("DOM: want a meta refresh and no script")
 	}
 }
+
+// TestStatusPageDiskTier: a node with a disk tier, after large objects
+// were stored and hit, shows both tiers on its status page rendered by
+// headless Chromium — the disk tier's entries, hits and writes as
+// /status.json and /metrics count them — and a screenshot is saved.
+func TestStatusPageDiskTier(t *testing.T) {
+	bin := chromium(t)
+	dir := t.TempDir()
+	e := newEnv(t, func(c *shieldConfig) {
+		c.CachePath = filepath.Join(dir, "cache")
+		c.MaxObjectSize = "2MiB"
+		c.Extra = append(c.Extra, with(func(cc *config.Config) {
+			cc.Cache.Size = 64 * config.MiB
+			cc.Cache.Disk = &config.CacheDisk{Path: filepath.Join(dir, "disk"), Size: 256 * config.MiB}
+		}))
+	})
+	const objects = 8
+	for range 2 {
+		for i := range objects {
+			if r := e.get(fmt.Sprintf("/tier/%d?size=%d", i, 1<<20)); r.status != 200 {
+				t.Fatalf("GET: %v", r)
+			}
+		}
+	}
+	e.get("/tier/small") // a memory entry
+	base := "http://" + e.cfg.Admin
+	js := fetchStatus(t, base+"/status.json")
+	d := js.Cache.Disk
+	if d == nil || d.Entries != objects || d.Hits < objects || d.Writes != objects || d.MaxBytes != 256<<20 || d.Errors != 0 || d.Degraded {
+		t.Fatalf("status.json disk tier %+v: want %d entries, ≥ %d hits, %d writes, 256 MiB, no errors", d, objects, objects, objects)
+	}
+	if js.Cache.Entries == 0 || js.Cache.MaxBytes != 64<<20 {
+		t.Errorf("status.json memory tier %+v: want the small entry, 64 MiB", js.Cache)
+	}
+	m := promText(e.metrics())
+	for name, want := range map[string]float64{"shield_cache_disk_entries": objects, "shield_cache_disk_writes_total": objects, "shield_cache_disk_hits_total": float64(d.Hits)} {
+		if v, _ := m.value(name); v != want {
+			t.Errorf("%s = %v, want %v (as /status.json)", name, v, want)
+		}
+	}
+
+	dom := string(headless(t, bin, base+"/", "--dump-dom"))
+	tiers := rowText(dom, "tier")
+	if len(tiers) != 2 || !strings.HasPrefix(tiers[0], "memory ") ||
+		!strings.HasPrefix(tiers[1], fmt.Sprintf("disk %d %.1f MiB 256.0 MiB %d ", objects, float64(d.Bytes)/(1<<20), d.Hits)) ||
+		!strings.HasSuffix(tiers[1], " ok") {
+		t.Errorf("DOM tier rows = %q, want memory, then disk with %d entries and %d hits, ok", tiers, objects, d.Hits)
+	}
+	shot := filepath.Join(artifacts(t), "status-disk-tier.png")
+	headless(t, bin, base+"/", "--screenshot="+shot, "--window-size=1400,1200", "--hide-scrollbars")
+	if st, err := os.Stat(shot); err != nil || st.Size() < 10000 {
+		t.Fatalf("screenshot %s: %v (size %v)", shot, err, st)
+	}
+	t.Logf("tiers: %q; screenshot %s", tiers, shot)
+}

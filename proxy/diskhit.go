@@ -117,4 +117,5 @@ func (p *Proxy) writeDiskMetrics(w io.Writer) {
 	}
 	metrics.WriteGaugeUint64(w, `shield_cache_disk_degraded`, degraded)
 	metrics.WriteCounterUint64(w, `shield_cache_disk_degraded_total`, st.DegradedTotal)
+	metrics.WriteCounterUint64(w, `shield_cache_disk_dropped_total`, st.Dropped)
 }

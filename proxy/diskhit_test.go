@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/shield-proxy/shield/config"
@@ -150,6 +153,63 @@ func TestDiskFailingDegradesToMemory(t *testing.T) {
 	for _, want := range []string{"shield_cache_disk_errors_total 1", "shield_cache_disk_degraded 1", "shield_cache_disk_degraded_total 1"} {
 		if !strings.Contains(m.String(), want+"\n") {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestDiskFailingDropsLargeAnswers: on a failing disk, answers too large
+// for memory (over cache.size/8) are served whole — buffered and streamed
+// fills alike, to concurrent waiters too — and not counted stored nor
+// overtaken: each request fetches again, shield_cache_disk_dropped_total
+// counts them.
+func TestDiskFailingDropsLargeAnswers(t *testing.T) {
+	body := bytes.Repeat([]byte("too large for memory "), 250<<10) // 5 MiB > 32 MiB/8
+	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		if r.URL.Path == "/streamed" {
+			w.Header().Set("Content-Length", strconv.Itoa(len(body))) // a streamed fill
+		}
+		_, _ = w.Write(body)
+	})
+	dir := t.TempDir()
+	p := newTestProxy(t, o.addr(), func(c *config.Config) {
+		c.Cache.Path = filepath.Join(dir, "snap")
+		c.Cache.Disk = &config.CacheDisk{Path: filepath.Join(dir, "disk"), Size: 64 * config.MiB}
+		c.Cache.MaxObjectSize = 8 * config.MiB
+	})
+	tmp := filepath.Join(dir, "disk", "tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/buffered", "/streamed"} {
+		for i := range 2 {
+			var wg sync.WaitGroup
+			for range 3 {
+				wg.Go(func() {
+					ctx := serve(p, get(t, path))
+					if s := summary(ctx); s.code != 200 || s.body != string(body) {
+						t.Errorf("%s round %d on a failing disk: %d %q, %d bytes", path, i, s.code, s.cacheStatus, len(s.body))
+					}
+				})
+			}
+			wg.Wait()
+		}
+	}
+	st, _ := p.cache.DiskStats()
+	var m bytes.Buffer
+	p.g.set.WritePrometheus(&m)
+	p.writeDiskMetrics(&m)
+	fetches := o.hits.Load()
+	if fetches < 4 || st.Dropped != uint64(fetches) || st.Objects != 0 || !st.Degraded {
+		t.Errorf("%d origin fetches, disk stats %+v: want ≥ 4 fetches (nothing kept), each dropped", fetches, st)
+	}
+	for _, want := range []string{`shield_cache_stored_total{route="r"} 0`, "shield_cache_overtaken_total 0",
+		fmt.Sprintf("shield_cache_disk_dropped_total %d", fetches)} {
+		if !strings.Contains(m.String(), want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, grepLines(m.String(), "shield_cache"))
 		}
 	}
 }

@@ -156,12 +156,17 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	e.Body = body
 	headers, vary, _ := entryFields(resp, rte, &d, status, len(body), respTime)
 	fasthttp.ReleaseResponse(resp)
-	enc, key, stored := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime)
-	if !stored {
+	enc, key, res := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime)
+	if res == cache.Refused {
 		// Overtaken while in flight: an invalidation of the key, or a
 		// newer answer already stored. The requester gets it (its
 		// request was concurrent with the invalidation), nobody else.
 		return answer{kind: ansStored, entry: enc, key: key, noShare: true}
+	}
+	if res == cache.Dropped {
+		// Not kept (a failing disk, too large for memory), yet the
+		// answer is as good as a stored one for the waiters.
+		return answer{kind: ansStored, entry: enc, key: key}
 	}
 	rte.m.stored.Inc()
 	if rte.comp != nil {
@@ -521,10 +526,11 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 // storeResponse writes e (and, for a varying response, its vary marker)
 // and returns the encoded entry and the key it was stored under. Variant
 // values come from the upstream request's headers (the client's, minus
-// hop-by-hop fields). stored is false when e was not written: an
+// hop-by-hop fields). res is cache.Refused when e was not written (an
 // invalidation of its URL or tags came after its fetch started, or the
-// key holds an answer whose fetch started later.
-func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cache.Entry, vary [][]byte, headers []cache.Header, respTime time.Time) (enc, key []byte, stored bool) {
+// key holds an answer whose fetch started later), cache.Dropped when a
+// failing disk tier could not keep it (putResponse).
+func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cache.Entry, vary [][]byte, headers []cache.Header, respTime time.Time) (enc, key []byte, res cache.PutResult) {
 	key = storeKey(primary, h, vary)
 	e.KeyDigest = cachekey.Digest(key)
 	enc = cache.AppendEntry(nil, e, vary, headers)
@@ -572,7 +578,7 @@ func (p *Proxy) refresh(rte *route, se *cache.Entry, resp *fasthttp.Response, ke
 	if !d.storable {
 		return a
 	}
-	if !p.cache.Put(storedKey, enc, &e, cache.PutOptions{}) {
+	if p.cache.Store(storedKey, enc, &e, cache.PutOptions{}) == cache.Refused {
 		p.g.overtaken.Inc()
 		a.noShare = true
 	}

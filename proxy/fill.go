@@ -60,7 +60,7 @@ type fillState uint8
 
 const (
 	fillRunning  fillState = iota // the body is arriving
-	fillStored                    // complete and stored: shareable
+	fillStored                    // complete and shareable: stored (or dropped by a failing disk)
 	fillUnshared                  // complete, not stored (overtaken): the requester's only
 	fillFailed                    // the body failed: not stored
 )
@@ -235,13 +235,18 @@ func (j *fillJob) run() {
 	} else {
 		j.e.Body = fl.buf[:fl.size]
 		fl.entry = cache.AppendEntryAfterBody(fl.buf[:fl.size], &j.e, j.vary, j.headers)
-		if p.putResponse(j.primary, fl.key, fl.entry, &j.e, j.vary, j.respTime) {
+		switch p.putResponse(j.primary, fl.key, fl.entry, &j.e, j.vary, j.respTime) {
+		case cache.Stored:
 			rte.m.stored.Inc()
 			fl.end(fillStored)
 			if rte.comp != nil {
 				p.storeSiblings(rte, fl.key, fl.entry)
 			}
-		} else {
+		case cache.Dropped:
+			// Not kept (a failing disk, too large for memory): the
+			// entry is still the origin's answer, for every reader.
+			fl.end(fillStored)
+		default:
 			// Overtaken while in flight (storeResponse): the readers
 			// attached to it asked before the invalidation and get it
 			// whole; nobody else does.
@@ -356,16 +361,18 @@ func storeKey(primary []byte, h *fasthttp.RequestHeader, vary [][]byte) []byte {
 }
 
 // putResponse stores enc, the encoding of e, under key, with the vary
-// marker under primary when it varies; false when the cache refused it
-// (overtaken: storeResponse).
-func (p *Proxy) putResponse(primary, key, enc []byte, e *cache.Entry, vary [][]byte, respTime time.Time) bool {
+// marker under primary when it varies: cache.Refused when the cache
+// refused it (overtaken: storeResponse), cache.Dropped when a failing
+// disk tier could not keep it and it is too large for memory (counted
+// by the cache: shield_cache_disk_dropped_total).
+func (p *Proxy) putResponse(primary, key, enc []byte, e *cache.Entry, vary [][]byte, respTime time.Time) cache.PutResult {
 	var o cache.PutOptions
 	if len(vary) > 0 {
 		o.Vary = &cache.Vary{Primary: primary, Names: vary, At: respTime.UnixNano()}
 	}
-	if !p.cache.Put(key, enc, e, o) {
+	res := p.cache.Store(key, enc, e, o)
+	if res == cache.Refused {
 		p.g.overtaken.Inc()
-		return false
 	}
-	return true
+	return res
 }

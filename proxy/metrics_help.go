@@ -62,6 +62,7 @@ var metricHelp = map[string][2]string{
 	"shield_cache_disk_corrupt_files_total":        {"counter", "Disk tier files that failed their checks (torn, truncated, damaged); removed, served as misses."},
 	"shield_cache_disk_degraded":                   {"gauge", "1 while disk tier writes go to memory only after a failure, else 0."},
 	"shield_cache_disk_degraded_total":             {"counter", "Times the disk tier degraded to memory only."},
+	"shield_cache_disk_dropped_total":              {"counter", "Answers neither tier kept: the disk tier failed them (or was backing off after a failure) and they exceed cache.size/8; served, not stored."},
 	"shield_origin_fetches_total":                  {"counter", "Origin fetches, by origin and outcome (ok, not_modified, http_5xx, timeout, error)."},
 	"shield_origin_fetch_duration_seconds":         {"histogram", "Origin fetch latency to the response head, by origin."},
 	"shield_origin_in_flight":                      {"gauge", "Origin fetches in flight, by origin."},

@@ -64,7 +64,13 @@ func (p *Proxy) Status(now time.Time) *statuspage.Status {
 	s := &statuspage.Status{Time: now, Uptime: now.Sub(p.info.started)}
 	var st fastcache.Stats
 	p.cache.Fastcache().UpdateStats(&st)
-	s.Cache = statuspage.Cache{Entries: st.EntriesCount, Bytes: st.BytesSize, MaxBytes: st.MaxBytesSize}
+	s.Cache = statuspage.Cache{Entries: st.EntriesCount, Bytes: st.BytesSize, MaxBytes: st.MaxBytesSize,
+		Lookups: st.GetCalls, Misses: st.Misses, Writes: st.SetCalls, Corrupt: st.Corruptions}
+	if ds, ok := p.cache.DiskStats(); ok {
+		s.Cache.Disk = &statuspage.DiskTier{Entries: ds.Objects, Bytes: ds.Bytes, MaxBytes: ds.MaxBytes,
+			Hits: ds.Hits, Misses: ds.Misses, Writes: ds.Writes, Evictions: ds.Evictions, Errors: ds.Errors,
+			Corrupt: ds.Corrupt, Degraded: ds.Degraded, DegradedTotal: ds.DegradedTotal, Dropped: ds.Dropped}
+	}
 	if c := p.cluster.Load(); c != nil {
 		s.Cluster = c.Status()
 	}

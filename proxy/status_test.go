@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -106,5 +107,38 @@ func TestEventLogRing(t *testing.T) {
 func TestLabelValue(t *testing.T) {
 	if got := labelValue("a\"b\\c\nd"); got != `a\"b\\c\nd` {
 		t.Fatalf("labelValue = %q", got)
+	}
+}
+
+// TestStatusPageDiskTier: with a disk tier, /status.json and the page
+// show both tiers — the disk tier's entries, bytes, hits and writes as
+// the cache counts them.
+func TestStatusPageDiskTier(t *testing.T) {
+	body := bytes.Repeat([]byte("status page "), 50<<10) // 600 KiB: a disk entry
+	p, _, _ := diskProxy(t, body)
+	for range 4 {
+		serve(p, get(t, "/big"))
+	}
+	serve(p, get(t, "/small-is-big-too"))
+	ctx := adminGet(p, "/status.json")
+	var s statuspage.Status
+	if err := json.Unmarshal(ctx.Response.Body(), &s); err != nil {
+		t.Fatalf("/status.json: %v\n%s", err, ctx.Response.Body())
+	}
+	st, _ := p.cache.DiskStats()
+	d := s.Cache.Disk
+	if d == nil || d.Entries != 2 || d.Entries != st.Objects || d.Bytes != st.Bytes || d.MaxBytes != 64<<20 ||
+		d.Hits != 3 || d.Writes != 2 || d.Degraded || d.Errors != 0 {
+		t.Fatalf("status disk tier %+v, want 2 entries, 3 hits, 2 writes (cache says %+v)", d, st)
+	}
+	if s.Cache.MaxBytes == 0 || s.Cache.Lookups == 0 {
+		t.Errorf("status memory tier %+v", s.Cache)
+	}
+	html := string(adminGet(p, "/").Response.Body())
+	want := fmt.Sprintf(`<tr class="tier"><td class="l">disk</td><td>2</td><td>%.1f MiB</td><td>64.0 MiB</td><td>3</td>`, float64(st.Bytes)/(1<<20))
+	for _, w := range []string{want, `<tr class="tier"><td class="l">memory</td>`} {
+		if !strings.Contains(html, w) {
+			t.Errorf("status page lacks %q", w)
+		}
 	}
 }

@@ -144,11 +144,42 @@ type Event struct {
 	Detail string    `json:"detail"`
 }
 
-// Cache is the store's occupancy.
+// Cache is the store's occupancy and traffic: the memory tier's here
+// (Entries, Bytes and MaxBytes name the memory tier, as they did before
+// the disk tier), the disk tier's in Disk.
 type Cache struct {
 	Entries  uint64 `json:"entries"`
 	Bytes    uint64 `json:"bytes"`
 	MaxBytes uint64 `json:"max_bytes"`
+	// Lookups and Misses are the memory tier's reads, and those that
+	// found nothing there (an entry the disk tier holds is a memory miss).
+	Lookups uint64 `json:"lookups"`
+	Misses  uint64 `json:"misses"`
+	Writes  uint64 `json:"writes"`
+	// Corrupt counts memory values that failed their checks.
+	Corrupt uint64    `json:"corrupt"`
+	Disk    *DiskTier `json:"disk,omitempty"` // nil without cache.disk
+}
+
+// DiskTier is the disk tier's occupancy and counters since start
+// (cache.disk; the shield_cache_disk_* metrics).
+type DiskTier struct {
+	Entries   int64  `json:"entries"`
+	Bytes     int64  `json:"bytes"`
+	MaxBytes  int64  `json:"max_bytes"`
+	Hits      uint64 `json:"hits"`
+	Misses    uint64 `json:"misses"`
+	Writes    uint64 `json:"writes"`
+	Evictions uint64 `json:"evictions"`
+	Errors    uint64 `json:"errors"`
+	Corrupt   uint64 `json:"corrupt_files"`
+	// Degraded: writes go to memory only after a disk failure (for 30 s
+	// at a time); DegradedTotal counts the times it happened.
+	Degraded      bool   `json:"degraded"`
+	DegradedTotal uint64 `json:"degraded_total"`
+	// Dropped counts answers neither tier kept (the disk failed them and
+	// they were too large for memory): served, not stored.
+	Dropped uint64 `json:"dropped"`
 }
 
 //go:embed status.html status.css
@@ -172,9 +203,11 @@ var page = template.Must(template.New("status.html").Funcs(template.FuncMap{
 		}
 		return fmt.Sprintf("%.1f%%", 100*f)
 	},
-	"ago": func(now, t time.Time) string { return now.Sub(t).Truncate(time.Second).String() },
-	"dur": func(d time.Duration) string { return d.Truncate(time.Second).String() },
-	"mib": func(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) },
+	"ago":  func(now, t time.Time) string { return now.Sub(t).Truncate(time.Second).String() },
+	"dur":  func(d time.Duration) string { return d.Truncate(time.Second).String() },
+	"mib":  func(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) },
+	"mibi": func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) },
+	"sub":  func(a, b uint64) uint64 { return a - min(a, b) },
 }).ParseFS(files, "status.html"))
 
 // WriteHTML renders s as the status page.

@@ -22,7 +22,8 @@
 //	chunked=1            no Content-Length; the body is flushed in pieces
 //	rate=<bytes/s>       the body is sent at that rate, in flushed pieces of at most
 //	                     64 KiB (with its Content-Length unless chunked=1); the answer's
-//	                     X-Origin-First-Byte (RFC 3339, ns) says when sending began
+//	                     X-Origin-First-Byte (RFC 3339, ns) says when sending began,
+//	                     X-Origin-Body-Sha256 (hex) what the body is
 //	cdncc=<value>        CDN-Cache-Control: value (RFC 9213 targeted field)
 //	dateago=<secs>       Date: now−secs (an answer generated earlier)
 //	hints=<n>            n × 103 Early Hints (Link: </style.css>) before the answer

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -235,6 +237,9 @@ func TestRate(t *testing.T) {
 	}
 	if sent, err := time.Parse(time.RFC3339Nano, r.header.Get("X-Origin-First-Byte")); err != nil || sent.Before(start) {
 		t.Errorf("X-Origin-First-Byte %q (%v), want the time sending began", r.header.Get("X-Origin-First-Byte"), err)
+	}
+	if sum := sha256.Sum256(r.body); r.header.Get("X-Origin-Body-Sha256") != hex.EncodeToString(sum[:]) {
+		t.Errorf("X-Origin-Body-Sha256 %q, want the body's %x", r.header.Get("X-Origin-Body-Sha256"), sum)
 	}
 	if r := get(t, srv, "/r?rate=0"); r.status != http.StatusBadRequest {
 		t.Errorf("rate=0: %d, want 400", r.status)

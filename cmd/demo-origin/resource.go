@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -139,7 +140,10 @@ func (o *origin) serveResource(w http.ResponseWriter, r *http.Request, n int64, 
 		h.Set("Content-Length", strconv.Itoa(len(body)))
 	}
 	if p.rate > 0 {
-		// The body took a while to build: say when sending starts.
+		// A paced body is a large one a test checks whole: say what it
+		// is, and (it took a while to build) when sending starts.
+		sum := sha256.Sum256(body)
+		h.Set("X-Origin-Body-Sha256", hex.EncodeToString(sum[:]))
 		h.Set("X-Origin-First-Byte", time.Now().Format(timeLayout))
 	}
 	w.WriteHeader(p.status)

@@ -180,9 +180,30 @@ type PutOptions struct {
 	IfAbsent bool
 }
 
-// Put stores enc, the encoding of e, under key, and is the only way an
+// PutResult is what Store did with an entry.
+type PutResult uint8
+
+const (
+	// Stored: a tier holds the entry now.
+	Stored PutResult = iota + 1
+	// Refused: the entry lost to an invalidation or a newer fetch (or,
+	// with IfAbsent, to what the key held); nothing changed.
+	Refused
+	// Dropped: the entry won, but no tier could keep it — the disk tier
+	// failed to write it (or is backing off after a failure) and it is
+	// larger than memory takes. What the key held is gone (older).
+	Dropped
+)
+
+// Put is Store, reporting whether the entry is now stored (false when
+// it was refused or dropped).
+func (c *Cache) Put(key, enc []byte, e *Entry, o PutOptions) bool {
+	return c.Store(key, enc, e, o) == Stored
+}
+
+// Store stores enc, the encoding of e, under key, and is the only way an
 // entry is written (fills, refreshes, hit-for-miss records, near copies,
-// compressed siblings, hand-offs). It refuses, and reports false:
+// compressed siblings, hand-offs). It refuses (Refused):
 //
 //   - an entry an invalidation of its URL or tags came after the fetch
 //     started (inval.go): a fetch that raced a purge cannot undo it;
@@ -195,10 +216,12 @@ type PutOptions struct {
 // overwritten. The rule spans both tiers: a key is held by one of them,
 // and the entry compared is whichever holds it. An entry for the disk
 // tier is written to a temporary file (and fsynced) before the lock is
-// taken; the commit under the lock is a rename.
-func (c *Cache) Put(key, enc []byte, e *Entry, o PutOptions) bool {
+// taken; the commit under the lock is a rename. An entry the failing
+// disk could not take goes to memory when it fits cache.size/8, and is
+// Dropped otherwise.
+func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 	if dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags); dead {
-		return false
+		return Refused
 	}
 	digest := cachekey.Digest(key)
 	var w *diskWrite
@@ -216,15 +239,15 @@ func (c *Cache) Put(key, enc []byte, e *Entry, o PutOptions) bool {
 	return c.putLocked(key, enc, e, o, w)
 }
 
-// putLocked is Put past the invalidation check; the caller holds key's
+// putLocked is Store past the invalidation check; the caller holds key's
 // stripe lock. w, when not nil, is enc already written for the disk
 // tier: it is committed, or removed when the write is refused.
-func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite) bool {
+func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite) PutResult {
 	if o.IfAbsent && c.holds(key) || !o.IfAbsent && c.newerStored(key, e.FetchSeq) {
 		if w != nil {
 			c.d.abort(*w)
 		}
-		return false
+		return Refused
 	}
 	if v := o.Vary; v != nil && len(v.Names) > 0 {
 		// Keep the marker when it already names the same headers:
@@ -239,16 +262,20 @@ func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite)
 			}
 		}
 	}
-	c.setLocked(key, enc, e, w)
-	return true
+	if !c.setLocked(key, enc, e, w) {
+		return Dropped
+	}
+	return Stored
 }
 
 // setLocked writes enc under key in the tier it belongs to, and removes
-// it from the other (the caller holds key's stripe lock).
-func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) {
+// it from the other (the caller holds key's stripe lock). It reports
+// false when neither keeps it: the disk failed (or is backing off) and
+// enc is larger than memory takes; the key then holds nothing.
+func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) bool {
 	if c.d == nil {
 		c.s.set(key, enc)
-		return
+		return true
 	}
 	digest := cachekey.Digest(key)
 	if w == nil && c.d.takes(len(enc)) {
@@ -264,13 +291,17 @@ func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) {
 			c.d.fail("rename", err)
 		} else {
 			c.s.del(key)
-			return
+			return true
 		}
 	}
 	c.d.del(digest)
-	if len(enc) <= c.memMax {
-		c.s.set(key, enc)
+	if len(enc) > c.memMax {
+		c.s.del(key)
+		c.d.dropped.Add(1)
+		return false
 	}
+	c.s.set(key, enc)
+	return true
 }
 
 // holds reports whether either tier holds an entry under key (callers

@@ -75,6 +75,9 @@ type DiskStats struct {
 	Corrupt                                 uint64
 	Degraded                                bool // writes go to memory only (a failing disk)
 	DegradedTotal                           uint64
+	// Dropped counts entries neither tier kept: the disk failed them (or
+	// was backing off) and they were larger than memory takes.
+	Dropped uint64
 }
 
 type diskItem struct {
@@ -102,8 +105,8 @@ type disk struct {
 	lru   diskItem // sentinel: lru.next is the most recently used
 	used  int64
 
-	downUntil                                                atomic.Int64 // unix ns: writes skip the disk until then
-	hits, misses, writes, evictions, errs, corrupt, degraded atomic.Uint64
+	downUntil                                                         atomic.Int64 // unix ns: writes skip the disk until then
+	hits, misses, writes, evictions, errs, corrupt, degraded, dropped atomic.Uint64
 }
 
 // OpenDisk adds a disk tier to c (before c is used). The directory is
@@ -476,7 +479,9 @@ func (d *disk) commit(digest uint64, w diskWrite, e *Entry) error {
 	}
 	if err != nil {
 		_ = os.Remove(w.tmp)
-		d.dropLocked(digest, false)
+		// The key's older file goes too: the entry that failed is newer,
+		// and a file left unindexed would come back at the next start.
+		d.dropLocked(digest, true)
 		return err
 	}
 	d.dropLocked(digest, false)
@@ -635,6 +640,6 @@ func (d *disk) stats() DiskStats {
 	s.Hits, s.Misses, s.Writes = d.hits.Load(), d.misses.Load(), d.writes.Load()
 	s.Evictions, s.Errors, s.Corrupt = d.evictions.Load(), d.errs.Load(), d.corrupt.Load()
 	s.Degraded = time.Now().UnixNano() < d.downUntil.Load()
-	s.DegradedTotal = d.degraded.Load()
+	s.DegradedTotal, s.Dropped = d.degraded.Load(), d.dropped.Load()
 	return s
 }

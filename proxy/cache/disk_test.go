@@ -391,6 +391,88 @@ func TestDiskWriteFailureDegrades(t *testing.T) {
 	}
 }
 
+// TestDiskFailureDropsLargeEntry: an entry the failing disk cannot take
+// and memory does not (larger than cache.size/8) is Dropped — Put says
+// false, not stored — and the key holds nothing afterwards (its older
+// file is gone, not served over the newer answer); while the tier backs
+// off, the same. An entry memory takes is Stored there. Refusals stay
+// Refused.
+func TestDiskFailureDropsLargeEntry(t *testing.T) {
+	dir := t.TempDir()
+	logger := slog.New(slog.DiscardHandler)
+	c := Open(filepath.Join(dir, "snap"), 32<<20, 8<<20, logger) // memory takes up to 4 MiB
+	if err := c.OpenDisk(DiskConfig{Dir: filepath.Join(dir, "disk"), Size: 64 << 20, MinEntry: testMinEntry}, logger); err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("big")
+	old, oe := response(key, c.Invalidations().Next(), bigBody(5<<20, "old"))
+	if res := c.Store(key, old, oe, PutOptions{}); res != Stored || len(diskFiles(t, dir)) != 1 {
+		t.Fatalf("healthy disk: %v, %d files", res, len(diskFiles(t, dir)))
+	}
+	// A file where the temporary directory was: every write fails.
+	tmp := filepath.Join(dir, "disk", "tmp")
+	if err := os.RemoveAll(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tmp, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	enc, e := response(key, c.Invalidations().Next(), bigBody(5<<20, "new"))
+	if res := c.Store(key, enc, e, PutOptions{}); res != Dropped {
+		t.Fatalf("5 MiB on a failing disk: %v, want Dropped", res)
+	}
+	if v := c.Get(nil, key); len(v) != 0 {
+		t.Fatalf("after the drop the key holds %d bytes (the older file?), want nothing", len(v))
+	}
+	// Backing off: the disk is not tried, the answer is still dropped.
+	enc2, e2 := response(key, c.Invalidations().Next(), bigBody(5<<20, "newer"))
+	if c.Put(key, enc2, e2, PutOptions{}) {
+		t.Fatal("Put reported a dropped entry stored")
+	}
+	small, se := response([]byte("small"), c.Invalidations().Next(), bigBody(1<<20, "s"))
+	if res := c.Store([]byte("small"), small, se, PutOptions{}); res != Stored || !bytes.Equal(c.Get(nil, []byte("small")), small) {
+		t.Fatalf("1 MiB on a failing disk: %v, want Stored in memory", res)
+	}
+	stale, ste := response([]byte("small"), 1, "older fetch")
+	if res := c.Store([]byte("small"), stale, ste, PutOptions{}); res != Refused {
+		t.Fatalf("an older fetch: %v, want Refused", res)
+	}
+	st, _ := c.DiskStats()
+	if st.Dropped != 2 || st.Errors != 1 || !st.Degraded || st.Objects != 0 || len(diskFiles(t, dir)) != 0 {
+		t.Fatalf("stats %+v, %d files: want 2 dropped, 1 error, degraded, no files", st, len(diskFiles(t, dir)))
+	}
+}
+
+// TestDiskCommitFailureRemovesOlderFile: when the rename that commits a
+// newer entry fails, the key's older file is removed, not only forgotten
+// (a file left unindexed would come back at the next start).
+func TestDiskCommitFailureRemovesOlderFile(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	key := []byte("k")
+	enc, e := response(key, c.Invalidations().Next(), bigBody(8<<10, "old"))
+	if !c.Put(key, enc, e, PutOptions{}) || len(diskFiles(t, dir)) != 1 {
+		t.Fatal("the older entry is not a file")
+	}
+	enc2, e2 := response(key, c.Invalidations().Next(), bigBody(8<<10, "new"))
+	w, err := c.d.write(key, enc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(w.tmp); err != nil { // the rename will fail
+		t.Fatal(err)
+	}
+	if err := c.d.commit(cachekey.Digest(key), w, e2); err == nil {
+		t.Fatal("commit of a vanished write succeeded")
+	}
+	if files := diskFiles(t, dir); len(files) != 0 {
+		t.Fatalf("files after the failed commit: %v, want the older one removed", files)
+	}
+	if st, _ := c.DiskStats(); st.Objects != 0 || st.Bytes != 0 {
+		t.Fatalf("stats %+v after the failed commit", st)
+	}
+}
+
 // FuzzDiskFile: no truncation or corruption of a valid file decodes as
 // valid; the file itself does, to the same key and entry.
 func FuzzDiskFile(f *testing.F) {
