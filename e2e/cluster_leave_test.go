@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/shield-proxy/shield/config"
+)
+
+// keepAliveConn is one client connection kept open to a shield's public
+// listener: requests go one after the other on it, as a browser's or a
+// load balancer's would while the node drains.
+type keepAliveConn struct {
+	addr string
+	c    net.Conn
+	br   *bufio.Reader
+}
+
+func dialKeepAlive(t *testing.T, addr string) *keepAliveConn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &keepAliveConn{addr: addr, c: c, br: bufio.NewReader(c)}
+}
+
+// get sends one GET for path with the cluster's Host on the connection
+// and reads the whole answer.
+func (k *keepAliveConn) get(path string) (result, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+k.addr+path, nil)
+	if err != nil {
+		return result{}, err
+	}
+	req.Host = clusterHost
+	if err := k.c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return result{}, err
+	}
+	if err := req.Write(k.c); err != nil {
+		return result{}, fmt.Errorf("GET %s: write: %w", path, err)
+	}
+	resp, err := http.ReadResponse(k.br, req)
+	if err != nil {
+		return result{}, fmt.Errorf("GET %s: read: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return result{}, fmt.Errorf("GET %s: read body: %w", path, err)
+	}
+	return result{status: resp.StatusCode, header: resp.Header, body: body}, nil
+}
+
+// waitDropped polls, without pause beyond a millisecond, until every one
+// of nodes routes by exactly nodes (gone has left their views): from then
+// on their purges skip gone. It returns how long that took.
+func (ce *clusterEnv) waitDropped(gone *clusterNode, nodes ...*clusterNode) time.Duration {
+	ce.t.Helper()
+	want := generationGauge(expectedGeneration(ce.t, nodes...))
+	start := time.Now()
+	for _, n := range nodes {
+		for {
+			m := ce.scrape(n)
+			peers, _ := m.value("shield_cluster_peers")
+			gen, _ := m.value("shield_cluster_generation")
+			if peers == float64(len(nodes)) && gen == want {
+				break
+			}
+			if time.Since(start) > clusterConverge {
+				ce.t.Fatalf("%s still has %s in its view %v after it began leaving (peers=%v generation=%v)",
+					n.id(), gone.id(), clusterConverge, peers, gen)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return time.Since(start)
+}
+
+// TestClusterLeavingNodeServesNoPurgedCopy: a node sent SIGTERM
+// deregisters and keeps answering the clients whose connections are open
+// through the overlap. Its peers drop it from their views at once, and
+// from then on their purges skip it. So a purge completed on a peer after
+// that (no peer pending) must not be followed by the purged copy from the
+// leaving node: here a near copy of a key owned by another node, held by
+// the leaver and asked for on a keep-alive connection opened before the
+// SIGTERM. The answer must be the origin's next version (n=2) — any
+// answer but an error, unless the drain closed the connection, which it
+// does only after the overlap.
+func TestClusterLeavingNodeServesNoPurgedCopy(t *testing.T) {
+	t.Parallel()
+	hotAtOnce := func(c *clusterNodeConfig) {
+		c.Edit = func(cfg *config.Config) { cfg.Cluster.HotKeyRate = 1 } // any sampled request is hot
+	}
+	// Overlap 5s, drain 6s: the leaver serves 3s (min(overlap, drain/2))
+	// before it hands off and drains.
+	ce := newClusterEnv(t, 3, withOverlap(5*time.Second), withHotKeyMaxAge(10*time.Second), hotAtOnce)
+	x, y, z := ce.nodes[0], ce.nodes[1], ce.nodes[2]
+	cands := keyPaths("leaving", 12)
+	owner := ce.owners(x, cands) // each fetched once, stored on its owner
+	key := ""
+	for _, p := range cands {
+		if owner[p] == z.id() {
+			key = p
+			break
+		}
+	}
+	if key == "" {
+		t.Fatalf("%s owns none of %d keys: %v", z.id(), len(cands), owner)
+	}
+
+	// On a connection kept open, ask x until it answers from a near copy
+	// (x does not own the key, so a hit there is one).
+	conn := dialKeepAlive(t, x.cfg.Listen)
+	var r result
+	asked := 0
+	for {
+		var err error
+		if r, err = conn.get(key); err != nil {
+			t.Fatal(err)
+		}
+		asked++
+		if cs := parseCacheStatus(r.header); r.status == http.StatusOK && cs.hit && cs.fwd == "" {
+			break
+		}
+		if asked >= 2000 {
+			t.Fatalf("%s via %s: no near-copy hit in %d requests (last %v)", key, x.id(), asked, r)
+		}
+	}
+	if n := decode(t, r).N; n != 1 {
+		t.Fatalf("%s via %s before the leave: n=%d, want 1", key, x.id(), n)
+	}
+
+	left := time.Now()
+	x.proc.terminate(t)
+	// x is leaving once its /readyz fails (it sets not-ready first, then
+	// deregisters); y and z then drop it.
+	for {
+		rr, err := doHTTP(ce.e.client, http.MethodGet, "http://"+x.cfg.Admin+"/readyz")
+		if err == nil && rr.status == http.StatusServiceUnavailable {
+			break
+		}
+		if x.proc.exited() || time.Since(left) > clusterConverge {
+			t.Fatalf("%s never answered /readyz 503 after SIGTERM: %v %v", x.id(), rr, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dropped := ce.waitDropped(x, y, z)
+
+	purge := "http://" + clusterHost + key
+	pr, err := doHTTP(ce.e.client, http.MethodPost, "http://"+y.cfg.Admin+"/purge?url="+url.QueryEscape(purge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		Peers   map[string]int `json:"peers"`
+		Pending []string       `json:"pending"`
+	}
+	if pr.status != http.StatusOK || json.Unmarshal(pr.body, &answer) != nil {
+		t.Fatalf("POST /purge on %s: %v, want 200 with JSON", y.id(), pr)
+	}
+	if len(answer.Pending) > 0 || answer.Peers[z.id()] != http.StatusOK {
+		t.Fatalf("purge on %s answered %s: want it complete (%s acknowledged, none pending)", y.id(), pr.body, z.id())
+	}
+	purged := time.Since(left)
+
+	r, err = conn.get(key)
+	checked := time.Since(left)
+	if err != nil {
+		t.Fatalf("%s via the leaving %s on the open connection, %v after SIGTERM (overlap 3s): %v", key, x.id(), checked.Round(time.Millisecond), err)
+	}
+	t.Logf("%s (owner %s) near copy on %s after %d requests; SIGTERM → %s and %s dropped %s %v later; purge on %s done at %v: %s; "+
+		"GET on the connection kept open to %s at %v: %v",
+		key, z.id(), x.id(), asked, y.id(), z.id(), x.id(), dropped.Round(time.Millisecond), y.id(),
+		purged.Round(time.Millisecond), pr.body, x.id(), checked.Round(time.Millisecond), r)
+	if r.status != http.StatusOK {
+		t.Errorf("%s via the leaving %s after the purge: status %d, want 200 (%v)", key, x.id(), r.status, r)
+	}
+	if n := decode(t, r).N; n < 2 {
+		t.Errorf("%s via the leaving %s after a completed purge: n=%d Cache-Status %q — the purged copy (n=1), want the origin's next (n=2)",
+			key, x.id(), n, r.header.Get("Cache-Status"))
+	}
+	if code := x.proc.wait(t); code != 0 {
+		t.Errorf("%s exited %d after SIGTERM, want 0", x.id(), code)
+	}
+}
