@@ -274,6 +274,33 @@ func TestClusterLeavingNodeServesNoPurgedCopy(t *testing.T) {
 		t.Errorf("%s via the leaving %s after a completed purge: n=%d Cache-Status %q — the purged copy (n=1), want the origin's next (n=2)",
 			key, x.id(), n, r.header.Get("Cache-Status"))
 	}
+
+	// Through the rest of the overlap, with x's own watch answered (its
+	// view without itself), every key asked on the open connection is
+	// answered 200 by its owner or the origin, none from x's cache.
+	poll(t, "x routes without itself", func() bool {
+		peers, _ := ce.scrape(x).value("shield_cluster_peers")
+		return peers == 2
+	})
+	hitsBefore := nearHits(ce.scrape(x))
+	tally := newStatusTally()
+	for _, p := range cands {
+		r, err := conn.get(p)
+		tally.add(x.id()+" "+p, r, err)
+		if err != nil {
+			break // the drain closed the connection: nothing more to ask
+		}
+		if cs := parseCacheStatus(r.header); cs.hit && !strings.Contains(strings.Join(r.header.Values("Cache-Status"), ","), "shield-edge") {
+			t.Errorf("%s via the leaving %s: %q, answered from its own cache", p, x.id(), r.header.Get("Cache-Status"))
+		}
+	}
+	t.Logf("then %d keys on the connection to the leaving %s at %v: %s", len(cands), x.id(), time.Since(left).Round(time.Millisecond), tally)
+	if bad := tally.bad(); len(bad) > 0 || tally.total() != len(cands) {
+		t.Errorf("requests to the leaving %s on its open connection: %s (want %d × 200)", x.id(), strings.Join(bad, "; "), len(cands))
+	}
+	if got := nearHits(ce.scrape(x)); got != hitsBefore {
+		t.Errorf("%s served %v near-copy hits while leaving, want none", x.id(), got-hitsBefore)
+	}
 	if code := x.proc.wait(t); code != 0 {
 		t.Errorf("%s exited %d after SIGTERM, want 0", x.id(), code)
 	}
