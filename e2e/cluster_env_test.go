@@ -113,7 +113,13 @@ type clusterEnv struct {
 // adjust every node's config, including nodes added later.
 func newClusterEnv(t *testing.T, n int, opts ...func(*clusterNodeConfig)) *clusterEnv {
 	t.Helper()
-	consul := startConsul(t)
+	return newClusterEnvWith(t, startConsul(t), n, opts...)
+}
+
+// newClusterEnvWith is newClusterEnv with a Consul agent the test started
+// (to put something between it and some nodes).
+func newClusterEnvWith(t *testing.T, consul *consulAgent, n int, opts ...func(*clusterNodeConfig)) *clusterEnv {
+	t.Helper()
 	e := &env{t: t, originAddr: freeAddr(t), client: newClient()}
 	t.Cleanup(e.client.CloseIdleConnections)
 	e.origin = startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", e.originAddr)

@@ -21,6 +21,17 @@ func (p *Proxy) Handoff(ctx context.Context) int {
 	return c.Handoff(ctx)
 }
 
+// Leave closes the cache for good at the start of a graceful leave,
+// before the node deregisters (cluster.Node.Leave): its peers stop
+// sending it purges as they drop it, while it still serves through the
+// overlap, so from now on it answers nothing from its cache. No-op
+// without a cluster.
+func (p *Proxy) Leave() {
+	if c := p.cluster.Load(); c != nil {
+		c.Leave()
+	}
+}
+
 // HandoffEntry returns key's stored entry when it may be handed over: a
 // response, not invalidated, servable at now (cluster.Local).
 func (l peerLocal) HandoffEntry(key []byte, now time.Time) ([]byte, bool) {

@@ -32,7 +32,7 @@ var metricHelp = map[string][2]string{
 	"shield_purge_queue_length":                    {"gauge", "Purges waiting in the per-peer delivery queues."},
 	"shield_process_stalls_total":                  {"counter", "Times the process did not run for longer than its 400ms cache lease (SIGSTOP, CPU starvation; consul membership only): each closed the cache until every reachable peer answered a purge sync sent after the gap. Rising on a running node means it is starved of CPU."},
 	"shield_admin_cross_site_refused_total":        {"counter", "State-changing admin requests (purge, reload) refused because a browser marked them as coming from another site (Sec-Fetch-Site, Origin)."},
-	"shield_purge_sync_pending":                    {"gauge", "Peers in the view whose purge log this node has not synced (plus 1 before the membership source first answered); above 0 nothing is served from the cache."},
+	"shield_purge_sync_pending":                    {"gauge", "Peers in the view whose purge log this node has not synced (plus 1 before the membership source first answered, plus 1 once the node is leaving gracefully); above 0 nothing is served from the cache."},
 	"shield_cache_hit_for_miss_total":              {"counter", "Hit-for-miss records written (keys whose answer could not be shared)."},
 	"shield_cache_not_stored_total":                {"counter", "Origin answers not stored (private, Set-Cookie, no-store, ...)."},
 	"shield_cache_invalidations_total":             {"counter", "URLs invalidated by successful unsafe requests."},

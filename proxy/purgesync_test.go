@@ -380,3 +380,77 @@ func peerUp(peers []statuspage.Peer, id string) bool {
 	}
 	return false
 }
+
+// TestLeaveClosesCache: a node that starts a graceful leave (Leave, before
+// it deregisters) answers nothing from its cache any more, near copies
+// included, and stays so through later sync rounds that find every peer
+// in sync — its peers drop it and stop pushing purges to it while it
+// still serves. A purge it never got is not served: its request goes to
+// the owner. With static membership Leave closes the cache too.
+func TestLeaveClosesCache(t *testing.T) {
+	var asksOfB atomic.Int64 // a's purge log requests to b
+	setup := clusterSetup{
+		yaml: "  hot_key_max_age: 10s\n",
+		opts: func(o *ClusterOptions) { o.DynamicMembership, o.HotKeyRate = true, 1 },
+		handler: func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+			return func(ctx *fasthttp.RequestCtx) {
+				if n.id == "b" && string(ctx.Path()) == purgeLogPath && string(ctx.QueryArgs().Peek("node")) == "a" {
+					asksOfB.Add(1)
+				}
+				next(ctx)
+			}
+		},
+	}
+	c := newTestCluster(t, setup, "a", "b", "c")
+	a, b, cn := c.node("a"), c.node("b"), c.node("c")
+	waitUntil(t, "all in sync", func() bool { return !a.gated() && !b.gated() && !cn.gated() })
+	near := pathWhere(t, "leavenear", func(p string) bool { return a.owner(t, p) == "b" })
+	for i := 0; !a.has(t, near, cache.KindNearCopy); i++ {
+		a.get(t, near)
+		if i > 5000 {
+			t.Fatal("no near copy on a after 5000 requests")
+		}
+	}
+	if r := a.get(t, near); !strings.HasPrefix(r.cacheStatus, "shield; hit") {
+		t.Fatalf("GET via a before the leave: %q, want a near-copy hit", r.cacheStatus)
+	}
+	a.p.Leave()
+	if !a.gated() {
+		t.Fatal("a's cache still open right after Leave")
+	}
+	// Two more sync requests from a to b: at least one whole round ran
+	// after Leave, with every peer still having a in its view.
+	asked := asksOfB.Load()
+	waitUntil(t, "a sync round after Leave", func() bool { return asksOfB.Load() >= asked+2 })
+	if st := a.p.Status(time.Now()).Cluster; !a.gated() || st.CacheOpen || !peerSynced(st.Peers, "b") || !peerSynced(st.Peers, "c") {
+		t.Fatalf("a after a sync round while leaving: gated %v, cache_open %v, peers %+v; want closed with b and c in sync",
+			a.gated(), st.CacheOpen, st.Peers)
+	}
+
+	c.setPeers([]*testNode{b, cn}, "b", "c") // b and c drop a: their purges skip it
+	c.setPeers([]*testNode{a}, "b", "c")     // a's own view, without itself
+	body := cn.adminPurge(t, url.Values{"url": {"http://" + testHost + near}})
+	if strings.Contains(body, `"a"`) {
+		t.Fatalf("c delivered to a, which is not in its view: %s", body)
+	}
+	before := c.origin.hits(near)
+	r := a.get(t, near)
+	if strings.HasPrefix(r.cacheStatus, "shield; hit") || r.code != 200 {
+		t.Fatalf("GET via the leaving a after a purge it never got: %+v, want the owner's answer", r)
+	}
+	if got := c.origin.hits(near); got != before+1 {
+		t.Errorf("origin requests for %s: %d → %d, want one (the owner refetched the purged key)", near, before, got)
+	}
+
+	s := newTestCluster(t, clusterSetup{}, "a", "b")
+	sa := s.node("a")
+	path := pathWhere(t, "leavestatic", func(p string) bool { return sa.owner(t, p) == "a" })
+	sa.get(t, path)
+	if r := sa.get(t, path); !strings.HasPrefix(r.cacheStatus, "shield; hit") {
+		t.Fatalf("static: second GET via a: %q, want a hit", r.cacheStatus)
+	}
+	sa.p.Leave()
+	if r := sa.get(t, path); strings.HasPrefix(r.cacheStatus, "shield; hit") {
+		t.Errorf("static: GET via a after Leave: %q, want no hit", r.cacheStatus)
+	}
+}

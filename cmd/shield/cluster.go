@@ -118,13 +118,16 @@ func registerUntilDone(ctx context.Context, c *routing.Consul, logger *slog.Logg
 	}
 }
 
-// leave deregisters from Consul, waits for the overlap window (bounded by
-// the drain timeout) while peers may still route here, then hands the
-// hottest entries to their new owners.
+// leave closes the cache (proxy.Leave), deregisters from Consul, waits
+// for the overlap window (bounded by the drain timeout) while peers may
+// still route here, then hands the hottest entries to their new owners.
+// The cache closes first: once a peer has dropped this node it sends it
+// no purges, and this node still answers through the overlap.
 func (n *clusterNode) leave(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger) {
 	if n.consul == nil {
 		return
 	}
+	p.Leave()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := n.consul.Deregister(ctx); err != nil {
 		logger.Warn("consul deregistration failed", "err", err)

@@ -496,6 +496,21 @@ func (c *Node) Touch(key []byte, digest uint64, now time.Time) float64 {
 	return c.hot.touch(key, digest, now)
 }
 
+// Leave closes this node's cache for good: call it when the node starts
+// a graceful leave, before it deregisters. From then on nothing is served
+// from the cache (lookups miss: a request is forwarded to its owner or
+// fetched), except read-throughs, which their reader checks against its
+// own invalidations (purgesync.go). Peers drop a leaving node from their
+// views, and stop pushing purges to it, before it stops serving.
+func (c *Node) Leave() {
+	if c.sync != nil {
+		c.sync.leave()
+	} else {
+		c.env.Gate.Store(true)
+	}
+	c.logger.Info("leaving the cluster: not serving from the cache any more (purges may no longer reach this node)")
+}
+
 // Peer returns the client of the current peer id (nil: none).
 func (c *Node) Peer(id string) *Peer { return c.peers.Load().byID[id] }
 

@@ -59,7 +59,17 @@ import (
 //     watchdog, seeing the gap, holds the node out of sync until every
 //     reachable peer in its view has answered a sync asked after it.
 //     stallLease is below purgeAnswerWait, so a peer answered as
-//     "pending" by an issuer has stopped serving from its cache by then.
+//     "pending" by an issuer has stopped serving from its cache by then;
+//   - a node leaving gracefully (Node.Leave, before it deregisters) closes
+//     its cache for good: its peers drop it from their views, and so stop
+//     pushing purges to it, at instants of their own, while it still
+//     answers its clients' open connections and old-generation forwards
+//     through the overlap. Answering those from its cache would serve
+//     what a purge it never got removed; a peer's "not a member" closes
+//     the cache too, but only at the next sync round (up to syncInterval
+//     later). So it forwards to the owners of its view (which lacks it),
+//     or fetches; read-throughs are still answered (the new owner checks
+//     them), and its hand-off entries are checked by their receivers.
 //
 // Static membership needs none of this: every node knows every peer from
 // the start, and a queued purge is retried until the peer takes it.
@@ -83,6 +93,7 @@ type purgeSync struct {
 	reachable   func() bool   // the membership source's Reachable
 	est         chan struct{} // closed once established
 	stalledAt   time.Time     // the watchdog's latest stall; zero: none
+	leaving     bool          // Leave was called: the cache stays closed
 }
 
 // peerSync is what this node knows of one peer's purge log.
@@ -176,10 +187,14 @@ func (s *purgeSync) pending() int {
 }
 
 // pendingLocked: the peers in the view not synced, plus one while the
-// membership source has not answered; mu held.
+// membership source has not answered, plus one for good once the node
+// is leaving; mu held.
 func (s *purgeSync) pendingLocked() int {
 	n := 0
 	if !s.established {
+		n++
+	}
+	if s.leaving {
 		n++
 	}
 	for _, ps := range s.peers {
@@ -188,6 +203,14 @@ func (s *purgeSync) pendingLocked() int {
 		}
 	}
 	return n
+}
+
+// leave closes the cache for good (Node.Leave).
+func (s *purgeSync) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaving = true
+	s.updateLocked()
 }
 
 // stalled holds the node out of sync until every peer in the view has
