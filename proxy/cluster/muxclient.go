@@ -427,7 +427,7 @@ func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *
 	}
 	body, head, err := splitResponse(m.payload)
 	if err == nil {
-		err = decodeResponseHead(head, resp)
+		err = mc.cl.c.heads.decode(head, resp)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: mux answer: %w", err)

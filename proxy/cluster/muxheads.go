@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"bytes"
+	"hash/maphash"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+)
+
+// An owner's answers to one key repeat the same head, byte for byte,
+// until its Age changes (once a second): the stored fields, Date among
+// them, Shield-Tags and Cache-Status. Decoding one field by field (each
+// copied and normalised, the Date parsed in) costs several times copying
+// a ResponseHeader that already holds it, so the edge keeps recently
+// decoded heads parsed, one slot per hash of the head's bytes, as the
+// local hit path keeps its entries' heads (proxy/hithead.go). A slot
+// answers only for the exact bytes it was filled from; one held by
+// another answer (TryLock fails) is bypassed by decoding straight into
+// the response, one holding another head takes this one. Nothing is
+// allocated once a slot's buffers have grown.
+
+// answerHeadSlots is the number of decoded heads kept (about 1 KiB each
+// for a usual head).
+const answerHeadSlots = 1024
+
+type answerHeadSlot struct {
+	mu  sync.Mutex
+	raw []byte // the head this slot holds decoded; nil: none
+	hdr fasthttp.ResponseHeader
+}
+
+type answerHeads struct {
+	seed  maphash.Seed
+	slots [answerHeadSlots]answerHeadSlot
+}
+
+func newAnswerHeads() *answerHeads { return &answerHeads{seed: maphash.MakeSeed()} }
+
+// decode sets resp's status and header fields from an answer's head
+// (decodeResponseHead), from a slot when one holds it.
+func (hs *answerHeads) decode(head []byte, resp *fasthttp.Response) error {
+	s := &hs.slots[maphash.Bytes(hs.seed, head)%answerHeadSlots]
+	if !s.mu.TryLock() {
+		return decodeResponseHead(head, resp)
+	}
+	defer s.mu.Unlock()
+	if len(s.raw) == 0 || !bytes.Equal(s.raw, head) {
+		if err := decodeResponseHead(head, resp); err != nil {
+			return err
+		}
+		resp.Header.CopyTo(&s.hdr)
+		s.raw = append(s.raw[:0], head...)
+		return nil
+	}
+	s.hdr.CopyTo(&resp.Header)
+	return nil
+}
