@@ -151,7 +151,8 @@ type Node struct {
 	opts    Options
 	usage   *usageExchange // nil when the usage exchange is off
 	clients map[string]*Peer
-	heads   *answerHeads // decoded mux answer heads; nil without the mux transport
+	heads   *answerHeads   // decoded mux answer heads (edge)
+	fields  *requestFields // decoded mux request fields (owner)
 
 	qmu    sync.Mutex            // guards queues
 	queues map[string]*peerQueue // purges not yet delivered, by peer id
@@ -271,9 +272,7 @@ func New(m *routing.Membership, src routing.Source, local Local, opts Options, e
 	}
 	c.readThroughHit = set.NewCounter(`shield_peer_read_through_total{outcome="hit"}`)
 	c.readThroughMiss = set.NewCounter(`shield_peer_read_through_total{outcome="miss"}`)
-	if opts.Transport == TransportMux {
-		c.heads = newAnswerHeads()
-	}
+	c.heads, c.fields = newAnswerHeads(), newRequestFields() // an owner serves mux whatever its own transport
 	if opts.DynamicMembership {
 		c.sync = newPurgeSync(time.Now(), env.Gate, src.Reachable)
 		c.sync.viewChanged(otherIDs(m.View(), m.Self().ID), time.Now())

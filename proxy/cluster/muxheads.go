@@ -8,6 +8,8 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// The same holds for both directions of the multiplexed transport.
+//
 // An owner's answers to one key repeat the same head, byte for byte,
 // until its Age changes (once a second): the stored fields, Date among
 // them, Shield-Tags and Cache-Status. Decoding one field by field (each
@@ -55,4 +57,56 @@ func (hs *answerHeads) decode(head []byte, resp *fasthttp.Response) error {
 	}
 	s.hdr.CopyTo(&resp.Header)
 	return nil
+}
+
+// A forwarded request's header fields — Host, the client's, the
+// forwarding and peer protocol fields — are the same for every request
+// of one client through one edge, whatever the path: the owner keeps
+// them decoded the same way, one slot per hash of their bytes, and sets
+// the method and request URI of each request on a copy.
+
+// requestFieldSlots is the number of decoded field sets kept.
+const requestFieldSlots = 256
+
+type requestFieldSlot struct {
+	mu  sync.Mutex
+	raw []byte // the encoded fields this slot holds decoded; nil: none
+	hdr fasthttp.RequestHeader
+}
+
+type requestFields struct {
+	seed  maphash.Seed
+	slots [requestFieldSlots]requestFieldSlot
+}
+
+func newRequestFields() *requestFields { return &requestFields{seed: maphash.MakeSeed()} }
+
+// decode sets req (reset) from a request frame's payload (decodeRequest),
+// its header fields from a slot when one holds them.
+func (rf *requestFields) decode(b []byte, req *fasthttp.Request) (flags byte, err error) {
+	flags, method, uri, fields, err := splitRequest(b)
+	if err != nil {
+		return 0, err
+	}
+	s := &rf.slots[maphash.Bytes(rf.seed, fields)%requestFieldSlots]
+	if !s.mu.TryLock() {
+		req.Header.SetMethodBytes(method)
+		req.Header.SetRequestURIBytes(uri)
+		return flags, decodeFields(fields, &req.Header)
+	}
+	defer s.mu.Unlock()
+	if len(s.raw) == 0 || !bytes.Equal(s.raw, fields) {
+		req.Header.SetMethodBytes(method)
+		req.Header.SetRequestURIBytes(uri)
+		if err := decodeFields(fields, &req.Header); err != nil {
+			return 0, err
+		}
+		req.Header.CopyTo(&s.hdr)
+		s.raw = append(s.raw[:0], fields...)
+		return flags, nil
+	}
+	s.hdr.CopyTo(&req.Header)
+	req.Header.SetMethodBytes(method)
+	req.Header.SetRequestURIBytes(uri)
+	return flags, nil
 }

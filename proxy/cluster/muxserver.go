@@ -394,7 +394,7 @@ func (t *muxTask) serve() {
 	ctx.Request.Reset()
 	ctx.Response.Reset()
 	ctx.ResetUserValues()
-	flags, err := decodeRequest(t.buf, &ctx.Request)
+	flags, err := s.c.fields.decode(t.buf, &ctx.Request)
 	t.hints = flags&reqFlagHints != 0
 	if err != nil {
 		s.w.send(frameError, t.id, []byte{errCodeFailed})
