@@ -76,6 +76,7 @@ func (w *muxWriter) send(typ byte, id uint32, payload []byte) bool {
 // called once with a write's error.
 func (w *muxWriter) run(onErr func(error)) {
 	var out []byte
+	var armed time.Time // the connection's write deadline
 	for {
 		select {
 		case <-w.wake:
@@ -95,8 +96,12 @@ func (w *muxWriter) run(onErr func(error)) {
 			w.busy = true
 			w.room.Broadcast()
 			w.mu.Unlock()
-			if w.timeout > 0 {
-				_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
+			// The deadline moves when less than a timeout is left, to
+			// one and a half: every write gets at least a timeout, and
+			// the deadline (a runtime timer) moves once in many writes.
+			if now := time.Now(); w.timeout > 0 && armed.Sub(now) < w.timeout {
+				armed = now.Add(w.timeout + w.timeout/2)
+				_ = w.conn.SetWriteDeadline(armed)
 			}
 			_, err := w.conn.Write(out)
 			w.mu.Lock()
