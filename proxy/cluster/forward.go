@@ -42,13 +42,14 @@ func (c *Node) Begin(owner string, now int64) (f Forward, ok bool) {
 
 // SetForwardHead sets the peer protocol's fields on a forwarded request:
 // the generation routed by, the tenant the edge admitted it for, the
-// shared secret, and the client's address.
+// shared secret, and the client's address. The names are canonical:
+// SetCanonical skips normalising them.
 func (c *Node) SetForwardHead(h *fasthttp.RequestHeader, gen uint64, tid, clientIP []byte) {
 	var num [20]byte
-	h.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
-	h.SetBytesKV(HTenant, tid)
-	h.SetBytesKV(hShieldAuth, c.secret)
-	h.SetBytesKV(HClientIP, clientIP) // for owners from before Shield-Forwarded
+	h.SetCanonical(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
+	h.SetCanonical(HTenant, tid)
+	h.SetCanonical(hShieldAuth, c.secret)
+	h.SetCanonical(HClientIP, clientIP) // for owners from before Shield-Forwarded
 }
 
 // Do sends req to the owner and returns its answer (the caller releases

@@ -23,8 +23,11 @@ import (
 // allocated once a slot's buffers have grown.
 
 // answerHeadSlots is the number of decoded heads kept (about 1 KiB each
-// for a usual head).
-const answerHeadSlots = 1024
+// for a usual head: a few MiB at most). A key's head changes every
+// second (its Age), so the slots are many more than the keys forwarded
+// in a second are expected to be: two keys sharing one take turns
+// decoding.
+const answerHeadSlots = 4096
 
 type answerHeadSlot struct {
 	mu  sync.Mutex
