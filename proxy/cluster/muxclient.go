@@ -126,9 +126,10 @@ func (m *muxClient) open() (*muxConn, error) {
 		return nil, fmt.Errorf("%w: frame %d", errMuxRefused, h.typ)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	mc := &muxConn{cl: m, conn: conn, br: br, w: newMuxWriter(conn, writeTimeout(m.c.timeout)),
+	mc := &muxConn{cl: m, conn: conn, br: br,
 		max: int(min(binary.BigEndian.Uint32(payload), muxMaxInflight)), pending: map[uint32]*muxCall{}}
-	go mc.w.run(mc.fail)
+	mc.w = newMuxWriter(conn, writeTimeout(m.c.timeout), mc.fail)
+	go mc.w.run()
 	go mc.read()
 	go mc.sweep(sweepEvery(m.c.timeout))
 	if ctx := m.c.env.Ctx; ctx != nil {
