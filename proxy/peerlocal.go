@@ -127,7 +127,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
 	c.SetForwardHead(&req.Header, v.Current.Generation(), sc.tid, sc.tmp)
 	setForwarded(&req.Header, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
-	req.Header.SetBytesKV(hShieldForwarded, valueOne)
+	req.Header.SetCanonical(hShieldForwarded, valueOne)
 	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
 	reqTime := time.Now()
 	resp, ok := c.Do(ctx, fw, req, rte.origin.MaxHints())

@@ -111,7 +111,8 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 // X-Forwarded-* fields, for a client at ip. From a trusted proxy they
 // speak for the proxy's own client: its X-Forwarded-For gains ip, and its
 // X-Forwarded-Proto, -Host and -Port are kept. Anyone else's are replaced:
-// ip, the listener's scheme and the request's Host.
+// ip, the listener's scheme and the request's Host. The names are
+// canonical: SetCanonical skips normalising them.
 func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool) {
 	var buf [128]byte
 	xff := buf[:0]
@@ -132,7 +133,7 @@ func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool
 			}
 		}
 	}
-	dst.SetBytesKV(httpx.HXForwardedFor, append(xff, ip...))
+	dst.SetCanonical(httpx.HXForwardedFor, append(xff, ip...))
 	switch {
 	case proto != nil:
 	case tls:
@@ -140,13 +141,13 @@ func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool
 	default:
 		proto = schemeHTTP
 	}
-	dst.SetBytesKV(httpx.HXForwardedProt, proto)
+	dst.SetCanonical(httpx.HXForwardedProt, proto)
 	if host == nil {
 		host = src.Host()
 	}
-	dst.SetBytesKV(httpx.HXForwardedHost, host)
+	dst.SetCanonical(httpx.HXForwardedHost, host)
 	if port != nil {
-		dst.SetBytesKV(httpx.HXForwardedPort, port)
+		dst.SetCanonical(httpx.HXForwardedPort, port)
 	}
 }
 

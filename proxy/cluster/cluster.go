@@ -151,6 +151,8 @@ type Node struct {
 	opts    Options
 	usage   *usageExchange // nil when the usage exchange is off
 	clients map[string]*Peer
+	heads   *answerHeads   // decoded mux answer heads (edge)
+	fields  *requestFields // decoded mux request fields (owner)
 
 	qmu    sync.Mutex            // guards queues
 	queues map[string]*peerQueue // purges not yet delivered, by peer id
@@ -273,6 +275,7 @@ func New(m *routing.Membership, src routing.Source, local Local, opts Options, e
 	}
 	c.readThroughHit = set.NewCounter(`shield_peer_read_through_total{outcome="hit"}`)
 	c.readThroughMiss = set.NewCounter(`shield_peer_read_through_total{outcome="miss"}`)
+	c.heads, c.fields = newAnswerHeads(), newRequestFields() // an owner serves mux whatever its own transport
 	if opts.DynamicMembership {
 		c.sync = newPurgeSync(time.Now(), env.Gate, src.Reachable)
 		c.sync.viewChanged(otherIDs(m.View(), m.Self().ID), time.Now())
@@ -646,8 +649,8 @@ func (c *Node) setPeerHead(h *fasthttp.RequestHeader, addr string, gen uint64) {
 // (appendRequest drops the field).
 func (c *Node) setPeerAuth(h *fasthttp.RequestHeader, gen uint64) {
 	var num [20]byte
-	h.SetBytesKV(hShieldAuth, c.secret)
-	h.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
+	h.SetCanonical(hShieldAuth, c.secret)
+	h.SetCanonical(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
 }
 
 // purgePath is the peer-listener path a purge is fanned out on.

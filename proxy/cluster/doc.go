@@ -38,6 +38,8 @@
 //	              Local.ServePeer on pooled RequestCtxs
 //	muxclient.go  the edge's side: one connection per peer, dialled in
 //	              the background, requests matched to answers by id
+//	muxheads.go   the edge's decoded answer heads, reused while an
+//	              owner's answers repeat them
 //	peerskip.go   per-peer breakers on the forwarded path (atomics, no allocation)
 //	purgelog.go   purge delivery: the purge log, retried queues to every
 //	              peer, catch-up of a node started from a snapshot

@@ -41,11 +41,12 @@ func (c *Node) Begin(owner string, now int64) (f Forward, ok bool) {
 
 // SetForwardHead sets the peer protocol's fields on a forwarded request:
 // the generation routed by, the tenant the edge admitted it for, the
-// shared secret, and the client's address.
+// shared secret, and the client's address. The names are canonical:
+// SetCanonical skips normalising them.
 func (c *Node) SetForwardHead(h *fasthttp.RequestHeader, gen uint64, tid, clientIP []byte) {
 	c.setPeerAuth(h, gen)
-	h.SetBytesKV(HTenant, tid)
-	h.SetBytesKV(HClientIP, clientIP) // for owners from before Shield-Forwarded
+	h.SetCanonical(HTenant, tid)
+	h.SetCanonical(HClientIP, clientIP) // for owners from before Shield-Forwarded
 }
 
 // Do sends req to the owner and returns its answer (the caller releases

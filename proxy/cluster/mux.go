@@ -172,37 +172,51 @@ func appendRequest(dst []byte, req *fasthttp.Request, flags byte) []byte {
 
 // decodeRequest sets req (reset) from a request frame's payload.
 func decodeRequest(b []byte, req *fasthttp.Request) (flags byte, err error) {
-	if len(b) < 1 {
-		return 0, errBadFrame
-	}
-	flags, b = b[0], b[1:]
-	method, b, err := nextField(b)
+	flags, method, uri, fields, err := splitRequest(b)
 	if err != nil {
 		return 0, err
-	}
-	uri, b, err := nextField(b)
-	if err != nil {
-		return 0, err
-	}
-	if len(method) == 0 || len(uri) == 0 {
-		return 0, errBadFrame
 	}
 	req.Header.SetMethodBytes(method)
 	req.Header.SetRequestURIBytes(uri)
+	return flags, decodeFields(fields, &req.Header)
+}
+
+// splitRequest splits a request frame's payload into its flags, method,
+// request URI and header fields (still encoded).
+func splitRequest(b []byte) (flags byte, method, uri, fields []byte, err error) {
+	if len(b) < 1 {
+		return 0, nil, nil, nil, errBadFrame
+	}
+	flags, b = b[0], b[1:]
+	if method, b, err = nextField(b); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	if uri, b, err = nextField(b); err != nil {
+		return 0, nil, nil, nil, err
+	}
+	if len(method) == 0 || len(uri) == 0 {
+		return 0, nil, nil, nil, errBadFrame
+	}
+	return flags, method, uri, b, nil
+}
+
+// decodeFields adds a request's encoded header fields to h.
+func decodeFields(b []byte, h *fasthttp.RequestHeader) error {
 	for len(b) > 0 {
 		var k, v []byte
+		var err error
 		if k, b, err = nextField(b); err != nil {
-			return 0, err
+			return err
 		}
 		if v, b, err = nextField(b); err != nil {
-			return 0, err
+			return err
 		}
 		if len(k) == 0 {
-			return 0, errBadFrame
+			return errBadFrame
 		}
-		req.Header.AddBytesKV(k, v)
+		h.AddBytesKV(k, v)
 	}
-	return flags, nil
+	return nil
 }
 
 // appendResponse appends an answer's payload: body, then status and

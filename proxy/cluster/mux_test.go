@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net"
 	"strings"
@@ -672,5 +673,89 @@ func TestMuxGracefulClose(t *testing.T) {
 	waitUntil(t, "the connection closed", func() bool { return mc.closed.Load() })
 	if got := a.counter(`shield_peer_requests_total{peer="b",outcome="error"}`); got != 0 {
 		t.Errorf("%d peer errors", got)
+	}
+}
+
+// TestMuxAnswerHeadSlots: an answer head decoded from a slot is the one a
+// fresh decode gives, whether the slot held that head, another or none.
+func TestMuxAnswerHeadSlots(t *testing.T) {
+	hs := newAnswerHeads()
+	head := func(status int, age string) []byte {
+		var r fasthttp.Response
+		httpx.SetDate(&r.Header, []byte("Tue, 01 Dec 2026 10:00:00 GMT"))
+		r.SetStatusCode(status)
+		r.Header.Set("Age", age)
+		r.Header.Add("Vary", "A")
+		_, h, err := splitResponse(appendResponse(nil, &r, []byte("body"), false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	heads := [][]byte{head(200, "1"), head(200, "1"), head(200, "2"), head(404, "2"), head(200, "1")}
+	for i, h := range heads {
+		if i%2 == 1 {
+			// h's slot holds the previous head: it answers only if equal.
+			var prev fasthttp.Response
+			if err := decodeResponseHead(heads[i-1], &prev); err != nil {
+				t.Fatal(err)
+			}
+			s := &hs.slots[maphash.Bytes(hs.seed, h)%answerHeadSlots]
+			prev.Header.CopyTo(&s.hdr)
+			s.raw = append(s.raw[:0], heads[i-1]...)
+		}
+		var got, want fasthttp.Response
+		if err := hs.decode(h, &got); err != nil {
+			t.Fatal(i, err)
+		}
+		if err := decodeResponseHead(h, &want); err != nil {
+			t.Fatal(i, err)
+		}
+		if got.Header.String() != want.Header.String() {
+			t.Errorf("%d: head\n%q\nwant\n%q", i, got.Header.String(), want.Header.String())
+		}
+	}
+}
+
+// TestMuxRequestFieldSlots: a request whose fields come from a slot has
+// its own method and URI, and exactly the fields it was sent with.
+func TestMuxRequestFieldSlots(t *testing.T) {
+	rf := newRequestFields()
+	var last []byte
+	for i, c := range []struct{ method, uri, host, tenant string }{
+		{"GET", "/a", "h1", "t1"}, {"HEAD", "/b?x=1", "h1", "t1"}, {"GET", "/c", "h2", "t1"},
+		{"GET", "/d", "h1", "t2"}, {"GET", "/a", "h1", "t1"},
+	} {
+		var src fasthttp.Request
+		src.Header.SetMethod(c.method)
+		src.SetRequestURI(c.uri)
+		src.Header.SetHost(c.host)
+		src.Header.Set("Shield-Tenant", c.tenant)
+		payload := appendRequest(nil, &src, reqFlagHints)
+		if i%2 == 1 {
+			// The fields' slot holds the previous request's: they
+			// answer only if equal.
+			var prev fasthttp.Request
+			_, _, _, fields, _ := splitRequest(payload)
+			if _, err := decodeRequest(last, &prev); err != nil {
+				t.Fatal(err)
+			}
+			_, _, _, prevFields, _ := splitRequest(last)
+			s := &rf.slots[maphash.Bytes(rf.seed, fields)%requestFieldSlots]
+			prev.Header.CopyTo(&s.hdr)
+			s.raw = append(s.raw[:0], prevFields...)
+		}
+		last = payload
+		var got fasthttp.Request
+		flags, err := rf.decode(payload, &got)
+		if err != nil || flags != reqFlagHints {
+			t.Fatal(i, flags, err)
+		}
+		if got.Header.String() != src.Header.String() {
+			t.Errorf("%d: request\n%q\nwant\n%q", i, got.Header.String(), src.Header.String())
+		}
+		if string(got.Header.Method()) != c.method || string(got.RequestURI()) != c.uri || string(got.Host()) != c.host {
+			t.Errorf("%d: %s %s host %s", i, got.Header.Method(), got.RequestURI(), got.Host())
+		}
 	}
 }

@@ -135,10 +135,12 @@ func (m *muxClient) open() (*muxConn, error) {
 		return nil, fmt.Errorf("%w: frame %d", errMuxRefused, h.typ)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	mc := &muxConn{cl: m, conn: conn, br: br, w: newMuxWriter(conn, writeTimeout(m.c.timeout)),
+	mc := &muxConn{cl: m, conn: conn, br: br,
 		max: int(min(binary.BigEndian.Uint32(payload), muxMaxInflight)), pending: map[uint32]*muxCall{}}
-	go mc.w.run(mc.fail)
+	mc.w = newMuxWriter(conn, writeTimeout(m.c.timeout), mc.fail)
+	go mc.w.run()
 	go mc.read()
+	go mc.sweep(sweepEvery(m.c.timeout))
 	if ctx := m.c.env.Ctx; ctx != nil {
 		stop := context.AfterFunc(ctx, func() { mc.fail(errMuxClosed) })
 		mc.mu.Lock()
@@ -189,14 +191,16 @@ type muxConn struct {
 }
 
 // muxCall is one request waiting for its answer: pooled, with its
-// timer, channel and answer buffer.
+// channel and answer buffer. It stays in its connection's pending map
+// until its final message is sent (by the reader, the sweep or a
+// failure); its fields are guarded by muxConn.mu.
 type muxCall struct {
 	id        uint32
 	ch        chan muxMsg // the reader's messages; one slot kept for the final one
-	timer     *time.Timer
-	buf       []byte // the answer's payload
-	taken     bool   // the reader is delivering the final message (under muxConn.mu)
-	abandoned bool   // the caller timed out meanwhile: the reader drops it
+	deadline  int64       // unix ns: the sweep fails it after
+	buf       []byte      // the answer's payload
+	taken     bool        // the reader is reading its answer into buf
+	abandoned bool        // timed out while taken: the reader drops it, nobody pools it
 }
 
 // muxMsg is what the reader delivers to a call.
@@ -209,9 +213,7 @@ type muxMsg struct {
 const muxCallSlots = 4
 
 var muxCallPool = sync.Pool{New: func() any {
-	t := time.NewTimer(time.Hour)
-	t.Stop()
-	return &muxCall{ch: make(chan muxMsg, muxCallSlots), timer: t}
+	return &muxCall{ch: make(chan muxMsg, muxCallSlots)}
 }}
 
 // fail closes the connection: every request in flight fails at once.
@@ -225,9 +227,10 @@ func (mc *muxConn) fail(err error) {
 	mc.mu.Lock()
 	stop := mc.stop
 	for id, call := range mc.pending {
-		delete(mc.pending, id)
-		call.taken = true
-		call.ch <- muxMsg{err: err}
+		if !call.taken { // a taken one is the reader's: it fails it
+			delete(mc.pending, id)
+			call.ch <- muxMsg{err: err}
+		}
 	}
 	mc.mu.Unlock()
 	if stop != nil {
@@ -262,7 +265,6 @@ func (mc *muxConn) read() {
 			mc.mu.Lock()
 			call := mc.pending[h.id]
 			if call != nil {
-				delete(mc.pending, h.id)
 				call.taken = true
 			}
 			mc.mu.Unlock()
@@ -330,20 +332,57 @@ func (mc *muxConn) goAway(last uint32) {
 	mc.mu.Lock()
 	mc.goingAway = true
 	for id, call := range mc.pending {
-		if id > last {
+		if id > last && !call.taken {
 			delete(mc.pending, id)
-			call.taken = true
 			call.ch <- muxMsg{err: errMuxGoAway}
 		}
 	}
 	mc.mu.Unlock()
 }
 
-// deliver sends a call its final message, unless its caller gave up.
+// deliver sends a call the reader took its final message, unless the
+// sweep timed it out meanwhile.
 func (mc *muxConn) deliver(call *muxCall, msg muxMsg) {
 	mc.mu.Lock()
 	if !call.abandoned {
+		delete(mc.pending, call.id)
 		call.ch <- msg
+	}
+	mc.mu.Unlock()
+}
+
+// sweepEvery is how often a connection looks for requests past their
+// timeout: a request fails at most that much after it.
+func sweepEvery(timeout time.Duration) time.Duration {
+	return min(max(timeout/8, 5*time.Millisecond), 250*time.Millisecond)
+}
+
+// sweep fails the requests past their timeout, every period, until the
+// connection closes: one ticker per connection instead of a timer per
+// request.
+func (mc *muxConn) sweep(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-mc.w.done:
+			return
+		case now := <-t.C:
+			mc.expire(now.UnixNano())
+		}
+	}
+}
+
+// expire fails the requests whose deadline is before now. One whose
+// answer the reader is reading is abandoned: the reader drops it.
+func (mc *muxConn) expire(now int64) {
+	mc.mu.Lock()
+	for id, call := range mc.pending {
+		if call.deadline < now {
+			delete(mc.pending, id)
+			call.abandoned = call.taken
+			call.ch <- muxMsg{err: errMuxTimeout}
+		}
 	}
 	mc.mu.Unlock()
 }
@@ -373,6 +412,7 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 	}
 	mc.nextID++
 	call.id, call.taken, call.abandoned = mc.nextID, false, false
+	call.deadline = time.Now().Add(timeout).UnixNano()
 	mc.pending[call.id] = call
 	mc.mu.Unlock()
 	start := len(q)
@@ -381,38 +421,31 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 	binary.BigEndian.PutUint32(q[start+5:start+9], uint32(len(q)-start-frameHeaderLen))
 	mc.w.end(q)
 
-	call.timer.Reset(timeout)
 	hints := 0
 	for {
-		select {
-		case m := <-call.ch:
-			if m.typ == frameHints {
-				if hints < maxHints {
-					hints++
-					sendHints(client, m.payload)
-				}
-				continue
+		m := <-call.ch
+		switch {
+		case m.typ == frameHints:
+			if hints < maxHints {
+				hints++
+				sendHints(client, m.payload)
 			}
-			call.timer.Stop()
-			if errors.Is(m.err, errMuxGoAway) {
-				releaseCall(call)
-				return false, nil // the owner never read it: over HTTP
-			}
-			err = mc.finish(call, m, req, resp)
+			continue
+		case errors.Is(m.err, errMuxGoAway):
 			releaseCall(call)
-			return true, err
-		case <-call.timer.C:
+			return false, nil // the owner never read it: over HTTP
+		case errors.Is(m.err, errMuxTimeout):
 			mc.mu.Lock()
-			if !call.taken {
-				delete(mc.pending, call.id)
-				mc.mu.Unlock()
-				releaseCall(call)
-				return true, errMuxTimeout
-			}
-			call.abandoned = true // the reader has it: it drops it
+			abandoned := call.abandoned // the reader still has it: not pooled
 			mc.mu.Unlock()
+			if !abandoned {
+				releaseCall(call)
+			}
 			return true, errMuxTimeout
 		}
+		err = mc.finish(call, m, req, resp)
+		releaseCall(call)
+		return true, err
 	}
 }
 
@@ -436,7 +469,7 @@ func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *
 	}
 	body, head, err := splitResponse(m.payload)
 	if err == nil {
-		err = decodeResponseHead(head, resp)
+		err = mc.cl.c.heads.decode(head, resp)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: mux answer: %w", err)

@@ -205,9 +205,10 @@ func (l *peerListener) serveMux(conn net.Conn) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	s := &muxServer{c: c, conn: conn, br: br, w: newMuxWriter(conn, writeTimeout(c.timeout)),
+	s := &muxServer{c: c, conn: conn, br: br,
 		sem: make(chan struct{}, muxMaxInflight), work: make(chan *muxTask), done: make(chan struct{}),
 		log: httpx.SlogPrinter{L: c.logger}}
+	s.w = newMuxWriter(conn, writeTimeout(c.timeout), func(error) { s.close() })
 	l.mu.Lock()
 	select {
 	case <-l.done:
@@ -225,8 +226,8 @@ func (l *peerListener) serveMux(conn net.Conn) {
 	}()
 	var ok [4]byte
 	binary.BigEndian.PutUint32(ok[:], muxMaxInflight)
+	go s.w.run()
 	s.w.send(frameHelloOK, 0, ok[:])
-	go s.w.run(func(error) { s.close() })
 	s.read()
 	s.finish()
 }
@@ -394,7 +395,7 @@ func (t *muxTask) serve() {
 	ctx.Request.Reset()
 	ctx.Response.Reset()
 	ctx.ResetUserValues()
-	flags, err := decodeRequest(t.buf, &ctx.Request)
+	flags, err := s.c.fields.decode(t.buf, &ctx.Request)
 	t.hints = flags&reqFlagHints != 0
 	if err != nil {
 		s.w.send(frameError, t.id, []byte{errCodeFailed})

@@ -12,25 +12,34 @@ import (
 var errMuxClosed = errors.New("cluster: mux connection closed")
 
 // muxWriter batches a connection's frames: senders append whole frames
-// to a queue under its lock, and one goroutine writes everything queued
-// in one call, so under load one system call carries many frames. Its
-// queue holds at most muxMaxQueued bytes: a sender waits while it is
-// over (a slow reader blocks the owner's senders, not its memory).
+// to a queue under its lock, and one writer at a time writes everything
+// queued in one call, so under load one system call carries many
+// frames. The writer is the sender that finds nobody writing: it lets
+// the other runnable senders queue theirs first (runtime.Gosched), then
+// writes the queue once; frames queued meanwhile are handed to the
+// writing goroutine, which writes until the queue is empty. So a lone
+// request costs no goroutine hand-off, and no sender writes for others
+// for long. The queue holds at most muxMaxQueued bytes: a sender waits
+// while it is over (a slow reader blocks the owner's senders, not its
+// memory).
 type muxWriter struct {
 	conn    net.Conn
-	timeout time.Duration // bounds one write
+	timeout time.Duration   // bounds one write
+	onErr   func(err error) // called with a write's error (once: the writer closes)
+	armed   time.Time       // the connection's write deadline (the writer's)
 
 	mu     sync.Mutex
 	room   sync.Cond // signalled when the queue is taken
 	q      []byte
-	busy   bool // a write is under way
+	spare  []byte // the buffer the last write took, kept for the next
+	busy   bool   // a writer is at work: it writes what is queued
 	closed bool
-	wake   chan struct{} // cap 1: the queue is not empty
+	wake   chan struct{} // cap 1: the writing goroutine takes over the queue
 	done   chan struct{} // closed by close
 }
 
-func newMuxWriter(conn net.Conn, timeout time.Duration) *muxWriter {
-	w := &muxWriter{conn: conn, timeout: timeout, wake: make(chan struct{}, 1), done: make(chan struct{})}
+func newMuxWriter(conn net.Conn, timeout time.Duration, onErr func(error)) *muxWriter {
+	w := &muxWriter{conn: conn, timeout: timeout, onErr: onErr, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	w.room.L = &w.mu
 	return w
 }
@@ -50,12 +59,30 @@ func (w *muxWriter) begin() (q []byte, ok bool) {
 	return w.q, true
 }
 
-// end stores the queue begin returned, with frames appended, and wakes
-// the writing goroutine.
+// end stores the queue begin returned, with frames appended; when
+// nobody is writing, the caller writes it.
 func (w *muxWriter) end(q []byte) {
 	w.q = q
+	if w.busy || w.closed || len(w.q) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	w.busy = true
 	w.mu.Unlock()
-	select {
+	// Let the senders that are runnable queue theirs first: one write
+	// then carries them all.
+	runtime.Gosched()
+	if !w.write() {
+		return
+	}
+	w.mu.Lock()
+	if len(w.q) == 0 || w.closed {
+		w.busy = false
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	select { // still busy: the writing goroutine takes over
 	case w.wake <- struct{}{}:
 	default:
 	}
@@ -72,43 +99,53 @@ func (w *muxWriter) send(typ byte, id uint32, payload []byte) bool {
 	return true
 }
 
-// run writes the queue until the connection fails or close; onErr is
-// called once with a write's error.
-func (w *muxWriter) run(onErr func(error)) {
-	var out []byte
+// write writes what is queued, by the writer at work (busy). It reports
+// false, no longer busy, when there was nothing to write, the writer is
+// closed or the write failed (onErr is then called).
+func (w *muxWriter) write() bool {
+	w.mu.Lock()
+	if len(w.q) == 0 || w.closed {
+		w.busy = false
+		w.mu.Unlock()
+		return false
+	}
+	out := w.q
+	w.q, w.spare = w.spare[:0], nil
+	w.room.Broadcast()
+	w.mu.Unlock()
+	// The deadline moves when less than a timeout is left, to one and a
+	// half: every write gets at least a timeout, and the deadline (a
+	// runtime timer) moves once in many writes.
+	if now := time.Now(); w.timeout > 0 && w.armed.Sub(now) < w.timeout {
+		w.armed = now.Add(w.timeout + w.timeout/2)
+		_ = w.conn.SetWriteDeadline(w.armed)
+	}
+	_, err := w.conn.Write(out)
+	w.mu.Lock()
+	if cap(out) <= muxMaxQueued {
+		w.spare = out // a large answer's buffer is not kept
+	}
+	if err != nil {
+		w.busy = false
+	}
+	w.mu.Unlock()
+	if err != nil {
+		w.onErr(err)
+		return false
+	}
+	return true
+}
+
+// run is the writing goroutine: it writes the queues handed to it until
+// they are empty, until the writer closes.
+func (w *muxWriter) run() {
 	for {
 		select {
 		case <-w.wake:
 		case <-w.done:
 			return
 		}
-		// Let the senders that are runnable queue theirs first: one
-		// write then carries them all.
-		runtime.Gosched()
-		for {
-			w.mu.Lock()
-			if len(w.q) == 0 || w.closed {
-				w.mu.Unlock()
-				break
-			}
-			out, w.q = w.q, out[:0]
-			w.busy = true
-			w.room.Broadcast()
-			w.mu.Unlock()
-			if w.timeout > 0 {
-				_ = w.conn.SetWriteDeadline(time.Now().Add(w.timeout))
-			}
-			_, err := w.conn.Write(out)
-			w.mu.Lock()
-			w.busy = false
-			w.mu.Unlock()
-			if err != nil {
-				onErr(err)
-				return
-			}
-			if cap(out) > muxMaxQueued {
-				out = nil // a large answer's buffer is not kept
-			}
+		for w.write() {
 		}
 	}
 }
