@@ -35,9 +35,12 @@ type deadlineRecorder struct {
 	read, write []time.Time
 }
 
-func (r *deadlineRecorder) Read(b []byte) (int, error)         { return 0, nil }
-func (r *deadlineRecorder) SetReadDeadline(t time.Time) error  { r.read = append(r.read, t); return nil }
-func (r *deadlineRecorder) SetWriteDeadline(t time.Time) error { r.write = append(r.write, t); return nil }
+func (r *deadlineRecorder) Read(b []byte) (int, error)        { return 0, nil }
+func (r *deadlineRecorder) SetReadDeadline(t time.Time) error { r.read = append(r.read, t); return nil }
+func (r *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	r.write = append(r.write, t)
+	return nil
+}
 
 // TestDeadlineConnArms checks when the wrapper arms a timer: a read
 // deadline at the next read only, the last one set; a deadline again only
