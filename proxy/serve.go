@@ -464,6 +464,7 @@ func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch, nam
 		Route:     r.name,
 		Scheme:    scheme,
 		Host:      ctx.Request.Header.Host(),
+		HostPlain: sc.present&hostPlain != 0,
 		Path:      uri.PathOriginal(),
 		Query:     uri.QueryString(),
 		Headers:   sc.hdrs,
