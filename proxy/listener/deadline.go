@@ -31,8 +31,9 @@ import (
 // must stay visible to it as one (RequestCtx.IsTLS), and HTTP/2
 // connections belong to net/http. The wrapper forwards io.ReaderFrom, so
 // a file body still leaves by sendfile; fasthttp's single writev for an
-// answer larger than its write buffer needs a *net.TCPConn, so such an
-// answer leaves in two writes.
+// answer larger than its write buffer needs a *net.TCPConn, so the
+// wrapper does that writev itself when the handler says such an answer
+// is coming (Coalesce).
 type deadlineConn struct {
 	net.Conn
 	slack time.Duration
@@ -41,7 +42,30 @@ type deadlineConn struct {
 	// the connection's serving goroutine uses them, as it is the only
 	// one fasthttp reads, writes and sets deadlines from.
 	readWant, readSet, writeSet time.Time
+
+	// An answer of one block of memory larger than fasthttp's write
+	// buffer (bufSize) leaves a *net.TCPConn in one writev; through
+	// this wrapper fasthttp writes it as its buffer, full, then the rest.
+	// Coalesce arms coalesce for such an answer: its first full buffer is
+	// held and leaves with the write that follows, in one writev again.
+	bufSize  int
+	coalesce bool
+	held     []byte
 }
+
+// Coalesce tells c, if it is a connection with coarse deadlines, that
+// the answer the handler leaves has a body of at least CoalesceMin bytes
+// in memory (not a stream), so its first full buffer of bytes is surely
+// followed by more: they are sent together. Anything else: no-op.
+func Coalesce(c net.Conn) {
+	if dc, ok := c.(*deadlineConn); ok {
+		dc.coalesce = true
+	}
+}
+
+// CoalesceMin is the body size from which Coalesce applies: fasthttp's
+// default write buffer, which the public server keeps.
+const CoalesceMin = 4096
 
 // coarseSlack is how late a limit may fire: a sixteenth of the shortest
 // timeout, at most a second; 0 (exact deadlines) if any timeout is unset.
@@ -70,7 +94,7 @@ func (l coarseListener) Accept() (net.Conn, error) {
 	if _, isTLS := c.(interface{ ConnectionState() tls.ConnectionState }); isTLS {
 		return c, nil
 	}
-	return &deadlineConn{Conn: c, slack: l.slack}, nil
+	return &deadlineConn{Conn: c, slack: l.slack, bufSize: CoalesceMin}, nil
 }
 
 // coarse wraps ln for fasthttp when slack allows coarse deadlines.
@@ -100,6 +124,10 @@ func (c *deadlineConn) arming(want time.Time) time.Time {
 }
 
 func (c *deadlineConn) Read(b []byte) (int, error) {
+	c.coalesce = false
+	if err := c.flush(); err != nil {
+		return 0, err
+	}
 	if !covers(c.readSet, c.readWant, c.slack) {
 		set := c.arming(c.readWant)
 		if err := c.Conn.SetReadDeadline(set); err != nil {
@@ -128,6 +156,43 @@ func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
+func (c *deadlineConn) Write(p []byte) (int, error) {
+	if len(c.held) > 0 {
+		bufs := net.Buffers{c.held, p}
+		held := len(c.held)
+		c.held = c.held[:0]
+		n, err := bufs.WriteTo(c.Conn) // writev on a *net.TCPConn
+		return max(int(n)-held, 0), err
+	}
+	if c.coalesce {
+		c.coalesce = false
+		if len(p) >= c.bufSize {
+			c.held = append(c.held[:0], p...)
+			return len(p), nil
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// flush sends held bytes: a safety net, as the write that follows them
+// normally takes them along.
+func (c *deadlineConn) flush() error {
+	if len(c.held) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(c.held)
+	c.held = c.held[:0]
+	return err
+}
+
+func (c *deadlineConn) Close() error {
+	ferr := c.flush()
+	if err := c.Conn.Close(); err != nil {
+		return err
+	}
+	return ferr
+}
+
 func (c *deadlineConn) SetDeadline(t time.Time) error {
 	c.readWant = t
 	return c.SetWriteDeadline(t)
@@ -136,6 +201,9 @@ func (c *deadlineConn) SetDeadline(t time.Time) error {
 // ReadFrom keeps the connection's own io.ReaderFrom (sendfile) behind
 // the wrapper.
 func (c *deadlineConn) ReadFrom(r io.Reader) (int64, error) {
+	if err := c.flush(); err != nil {
+		return 0, err
+	}
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
 	}

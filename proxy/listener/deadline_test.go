@@ -2,9 +2,13 @@ package listener
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +187,108 @@ func TestCoarseTimeoutsFire(t *testing.T) {
 	// little before the client has read it.
 	if took := time.Since(start); took < s.IdleTimeout-50*time.Millisecond || took > s.IdleTimeout+late {
 		t.Errorf("idle connection closed after %v, want idle_timeout %v (at most %v late)", took, s.IdleTimeout, late)
+	}
+}
+
+// writeRecorder is a net.Conn that records what is written to it.
+type writeRecorder struct {
+	net.Conn
+	writes [][]byte
+	closed bool
+}
+
+func (r *writeRecorder) Write(b []byte) (int, error) {
+	r.writes = append(r.writes, append([]byte(nil), b...))
+	return len(b), nil
+}
+func (r *writeRecorder) Read(b []byte) (int, error)      { return 0, nil }
+func (r *writeRecorder) SetReadDeadline(time.Time) error { return nil }
+func (r *writeRecorder) Close() error                    { r.closed = true; return nil }
+
+// TestCoalesceHoldsFirstBuffer: armed, the first full buffer waits for
+// the next write and leaves with it, in order; a smaller first write, or
+// none armed, goes at once; a read or a close sends anything held.
+func TestCoalesceHoldsFirstBuffer(t *testing.T) {
+	rec := &writeRecorder{}
+	c := &deadlineConn{Conn: rec, bufSize: 8}
+	full, rest := []byte("01234567"), []byte("89")
+	Coalesce(c)
+	if n, err := c.Write(full); n != len(full) || err != nil || len(rec.writes) != 0 {
+		t.Fatalf("first full buffer: %d %v, %d writes; want it held", n, err, len(rec.writes))
+	}
+	if n, err := c.Write(rest); n != len(rest) || err != nil {
+		t.Fatalf("second write: %d %v", n, err)
+	}
+	if got := bytes.Join(rec.writes, nil); string(got) != "0123456789" {
+		t.Fatalf("sent %q, want both in order", got)
+	}
+	rec.writes = nil
+	_, _ = c.Write(full) // not armed
+	Coalesce(c)
+	_, _ = c.Write(rest) // armed, but short: sent, and the arming used up
+	_, _ = c.Write(full)
+	if len(rec.writes) != 3 {
+		t.Fatalf("writes %q, want three sent at once", rec.writes)
+	}
+	rec.writes = nil
+	Coalesce(c)
+	_, _ = c.Write(full)
+	_, _ = c.Read(nil)
+	Coalesce(c)
+	_, _ = c.Write(full)
+	_ = c.Close()
+	if len(rec.writes) != 2 || !rec.closed {
+		t.Fatalf("writes %q closed %v: a read and a close send what is held", rec.writes, rec.closed)
+	}
+}
+
+// TestCoalescedAnswersIntact serves in-memory bodies around the write
+// buffer's size through Public, pipelined on one connection, the handler
+// arming Coalesce as proxy's does: every answer arrives whole, in order.
+func TestCoalescedAnswersIntact(t *testing.T) {
+	sizes := []int{10, CoalesceMin - 200, CoalesceMin, CoalesceMin + 1, 3*CoalesceMin - 100, 100 << 10}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		n := ctx.QueryArgs().GetUintOrZero("n")
+		ctx.SetBody(bytes.Repeat([]byte{byte('a' + n%26)}, n))
+		if len(ctx.Response.Body()) >= CoalesceMin {
+			Coalesce(ctx.Conn())
+		}
+	}, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+	pub := New(h1, config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- pub.Serve(ln, nil) }()
+	t.Cleanup(func() { _ = pub.Shutdown(); <-served })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	var reqs strings.Builder
+	for _, n := range sizes {
+		fmt.Fprintf(&reqs, "GET /?n=%d HTTP/1.1\r\nHost: x\r\n\r\nHEAD /?n=%d HTTP/1.1\r\nHost: x\r\n\r\n", n, n)
+	}
+	go func() { _, _ = io.WriteString(c, reqs.String()) }()
+	br := bufio.NewReader(c)
+	for _, n := range sizes {
+		for _, method := range []string{"GET", "HEAD"} {
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			if err != nil {
+				t.Fatalf("%s n=%d: %v", method, n, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			want := ""
+			if method == "GET" {
+				want = strings.Repeat(string(rune('a'+n%26)), n)
+			}
+			if err != nil || string(body) != want || resp.ContentLength != int64(n) {
+				t.Fatalf("%s n=%d: %d bytes (%v), Content-Length %d", method, n, len(body), err, resp.ContentLength)
+			}
+		}
 	}
 }
