@@ -37,11 +37,13 @@ import (
 type deadlineConn struct {
 	net.Conn
 	slack time.Duration
-	// readWant is the read deadline fasthttp set last, readSet the one
-	// armed on Conn; writeSet the armed write deadline. Zero: none. Only
-	// the connection's serving goroutine uses them, as it is the only
-	// one fasthttp reads, writes and sets deadlines from.
-	readWant, readSet, writeSet time.Time
+	// readWant is the read deadline fasthttp set last; readSet and
+	// writeSet are the deadlines armed on Conn, in Unix nanoseconds
+	// (integers: compared on every request). Zero: none. Only the
+	// connection's serving goroutine uses them, as it is the only one
+	// fasthttp reads, writes and sets deadlines from.
+	readWant          time.Time
+	readSet, writeSet int64
 
 	// An answer of one block of memory larger than fasthttp's write
 	// buffer (bufSize) leaves a *net.TCPConn in one writev; through
@@ -105,13 +107,22 @@ func coarse(ln net.Listener, slack time.Duration) net.Listener {
 	return coarseListener{Listener: ln, slack: slack}
 }
 
-// covers reports whether the armed deadline set fires no earlier than
-// want and at most slack after it (both zero: no deadline).
-func covers(set, want time.Time, slack time.Duration) bool {
-	if want.IsZero() || set.IsZero() {
-		return want.IsZero() && set.IsZero()
+// covers reports whether the armed deadline set (Unix nanoseconds, 0:
+// none) fires no earlier than want and at most slack after it.
+func covers(set int64, want time.Time, slack time.Duration) bool {
+	if want.IsZero() || set == 0 {
+		return want.IsZero() && set == 0
 	}
-	return !set.Before(want) && set.Sub(want) <= slack
+	w := want.UnixNano()
+	return set >= w && set-w <= int64(slack)
+}
+
+// unixNano is t in Unix nanoseconds, 0 for the zero time (none).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // arming is the deadline to arm for want: slack late, unless want is
@@ -133,7 +144,7 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 		if err := c.Conn.SetReadDeadline(set); err != nil {
 			return 0, err
 		}
-		c.readSet = set
+		c.readSet = unixNano(set)
 	}
 	return c.Conn.Read(b)
 }
@@ -152,7 +163,7 @@ func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
 	if err := c.Conn.SetWriteDeadline(set); err != nil {
 		return err
 	}
-	c.writeSet = set
+	c.writeSet = unixNano(set)
 	return nil
 }
 
