@@ -41,17 +41,38 @@ func appendHostField(dst, scheme, host []byte) []byte {
 }
 
 // PlainHost reports a host that is its own canonical form (AppendHost
-// returns it unchanged, whatever the scheme) by a cheap test: no ':' (so
-// no port), no upper-case letter, no trailing dot — the Host of nearly
-// every request, and the form the proxy rewrites Host to before it
-// builds keys. It may say false for a canonical host
-// ("example.com:8080"); AppendHost decides those.
+// returns it unchanged, whatever the scheme) by a cheap test: no
+// upper-case letter, no trailing dot on the name, and either no ':' or a
+// port of digits that is neither 80 nor 443 — the Host of nearly every
+// request, and the form the proxy rewrites Host to before it builds keys.
+// It may say false for a canonical host ("[::1]:8080"); AppendHost
+// decides those.
 func PlainHost(host []byte) bool {
+	name, port, hasPort := host, []byte(nil), false
+	if i := bytes.IndexByte(host, ':'); i >= 0 {
+		name, port, hasPort = host[:i], host[i+1:], true
+	}
 	var special byte
-	for _, c := range host {
+	for _, c := range name {
 		special |= hostSpecial[c]
 	}
-	return special == 0 && (len(host) == 0 || host[len(host)-1] != '.')
+	if special != 0 || len(name) > 0 && name[len(name)-1] == '.' {
+		return false
+	}
+	return !hasPort || plainPort(port)
+}
+
+// plainPort reports a port no scheme drops: digits, neither 80 nor 443.
+func plainPort(port []byte) bool {
+	if len(port) == 0 || string(port) == "80" || string(port) == "443" {
+		return false
+	}
+	for _, c := range port {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // hostSpecial marks ':' and the upper-case letters.

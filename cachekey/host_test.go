@@ -46,3 +46,23 @@ func TestAppendHost(t *testing.T) {
 		})
 	}
 }
+
+func TestPlainHost(t *testing.T) {
+	for host, want := range map[string]bool{
+		"": true, "example.com": true, "example.com:8080": true, "127.0.0.1:19601": true, ":8080": true,
+		"example.com:080": true, "example.com:80": false, "example.com:443": false, "example.com:": false,
+		"Example.com": false, "example.com.": false, "example.com.:8080": false, "Example.com:8080": false,
+		"a:b": false, "a:1:2": false, "[::1]:8080": false,
+	} {
+		if got := PlainHost([]byte(host)); got != want {
+			t.Errorf("PlainHost(%q) = %v, want %v", host, got, want)
+		}
+		if want {
+			for _, scheme := range []string{"http", "https"} {
+				if canon := AppendHost(nil, []byte(scheme), []byte(host)); string(canon) != host {
+					t.Errorf("PlainHost(%q) is true but its %s canonical form is %q", host, scheme, canon)
+				}
+			}
+		}
+	}
+}

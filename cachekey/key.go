@@ -27,6 +27,9 @@ type Parts struct {
 	// Host is the Host as received; Append lower-cases it, drops the
 	// scheme's default port and one trailing dot (see AppendHost).
 	Host []byte
+	// HostPlain says the caller has checked Host with PlainHost (it is
+	// its own canonical form), so Append does not read it twice.
+	HostPlain bool
 	// Path is the raw path as received: percent-encoding kept, no
 	// dot-segment removal.
 	Path []byte
@@ -62,7 +65,11 @@ func AppendURL(dst []byte, r *Rules, p *Parts) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(p.Route)))
 	dst = append(dst, p.Route...)
 	dst = appendSchemeField(dst, p.Scheme)
-	dst = appendHostField(dst, p.Scheme, p.Host)
+	if p.HostPlain {
+		dst = appendField(dst, p.Host)
+	} else {
+		dst = appendHostField(dst, p.Scheme, p.Host)
+	}
 	dst = appendField(dst, p.Path)
 	dst = r.appendQuery(dst, p.Query, true)
 	return appendField(dst, p.Tenant)

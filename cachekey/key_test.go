@@ -241,3 +241,21 @@ func TestAppendVaryListNormalised(t *testing.T) {
 		t.Fatal("other fields must keep case")
 	}
 }
+
+// TestHostPlainSameKey: HostPlain only skips reading a plain host again;
+// the key is the one Append builds without it.
+func TestHostPlainSameKey(t *testing.T) {
+	for _, host := range []string{"example.com", "127.0.0.1:19601", "a:8080", ""} {
+		if !PlainHost([]byte(host)) {
+			t.Fatalf("PlainHost(%q) false", host)
+		}
+		for _, scheme := range []string{"http", "https"} {
+			p := Parts{Route: "r", Scheme: []byte(scheme), Host: []byte(host), Path: []byte("/p"), Query: []byte("b=1&a=2")}
+			want := Append(nil, nil, &p)
+			p.HostPlain = true
+			if got := Append(nil, nil, &p); string(got) != string(want) {
+				t.Errorf("%s %q: key %q with HostPlain, %q without", scheme, host, got, want)
+			}
+		}
+	}
+}

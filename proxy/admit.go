@@ -95,17 +95,25 @@ func validHost(h []byte) bool {
 
 // plainValidHost is validHost and cachekey.PlainHost in one pass over
 // the bytes, for the Host of nearly every request: only lower-case
-// letters, digits, '-', '.' and '_', and no trailing dot. Such a host is
-// a valid reg-name and its own canonical form, so the request side reads
+// letters, digits, '-', '.' and '_', no trailing dot, and at most a port
+// of one to five digits that is neither 80 nor 443. Such a host is a
+// valid reg-name and its own canonical form, so the request side reads
 // it once instead of twice (validHost here, PlainHost in sanitize). A
 // false answer decides nothing: validHost and sanitize read it then.
 // FuzzPlainValidHost checks it never accepts what either refuses.
 func plainValidHost(h []byte) bool {
+	name, port, hasPort := h, []byte(nil), false
+	if i := bytes.IndexByte(h, ':'); i >= 0 {
+		name, port, hasPort = h[:i], h[i+1:], true
+	}
 	var bad byte
-	for _, c := range h {
+	for _, c := range name {
 		bad |= hostNotPlain[c]
 	}
-	return bad == 0 && (len(h) == 0 || h[len(h)-1] != '.')
+	if bad != 0 || len(name) > 0 && name[len(name)-1] == '.' {
+		return false
+	}
+	return !hasPort || len(port) > 0 && digitsOnly(port) && string(port) != "80" && string(port) != "443"
 }
 
 // hostNotPlain marks every byte plainValidHost refuses.

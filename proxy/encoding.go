@@ -38,6 +38,11 @@ func (r *route) canonicalEncoding(h *fasthttp.RequestHeader) uint8 {
 		return 0
 	}
 	ae := h.PeekCanonical(hAcceptEncoding)
+	if len(ae) == 0 {
+		// None accepted by name: identity, as the loop below would find.
+		h.SetCanonical(hAcceptEncoding, codingIdentity)
+		return 0
+	}
 	if pick := r.pickPlain(ae); pick != nil {
 		if !bytes.Equal(ae, pick) {
 			h.SetCanonical(hAcceptEncoding, pick)

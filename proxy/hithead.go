@@ -84,6 +84,7 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age
 			return false
 		}
 		resp.Header.CopyTo(&s.hdr)
+		plainStatusLine(&s.hdr)
 		s.raw, s.stamped = append(s.raw[:0], e.Head...), false
 	}
 	if !s.stamped || s.age != age || s.ttl != ttl || s.cs != &csPrefix[0] {
@@ -92,6 +93,17 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age
 	}
 	s.hdr.CopyTo(&resp.Header)
 	return true
+}
+
+// plainStatusLine drops a parsed status line's protocol and reason when
+// they are the defaults ("HTTP/1.1"; the code's standard reason, or none
+// as the stored line has): h then sends fasthttp's prepared line for the
+// code, the same bytes, instead of formatting it on every hit.
+func plainStatusLine(h *fasthttp.ResponseHeader) {
+	if msg := h.StatusMessage(); string(h.Protocol()) == "HTTP/1.1" && (len(msg) == 0 || string(msg) == fasthttp.StatusMessage(h.StatusCode())) {
+		h.SetProtocol(nil)
+		h.SetStatusMessage(nil)
+	}
 }
 
 // stamp sets a hit's own fields on h. The names are canonical:

@@ -46,6 +46,9 @@ const (
 	fieldIfNoneMatch
 	fieldIfModSince
 	fieldRange
+	// hostPlain is no field: Host is its own canonical form (plainValidHost
+	// or cachekey.PlainHost said so), so the key takes it as it is.
+	hostPlain
 
 	fieldsConditional = fieldIfNoneMatch | fieldIfModSince
 )
@@ -105,10 +108,10 @@ func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present
 			h.DelBytes(n)
 		}
 	}
-	if !plainHost {
-		if host := h.Host(); !cachekey.PlainHost(host) {
-			canonicalizeHost(ctx, host)
-		}
+	if plainHost || cachekey.PlainHost(h.Host()) {
+		present |= hostPlain
+	} else {
+		canonicalizeHost(ctx, h.Host())
 	}
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
 		return "path with dot segments or backslashes", 0

@@ -174,7 +174,8 @@ func FuzzCleanPathFast(f *testing.F) {
 // canonical form under both schemes, so sanitize skips nothing the
 // reference would rewrite.
 func FuzzPlainHost(f *testing.F) {
-	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "[ab]", "a:b:c", "a.:", "xn--bcher-kva.example"} {
+	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "[ab]", "a:b:c", "a.:", "xn--bcher-kva.example",
+		"a:8080", "a:080", "a.:8080", "A:8080", "a:", ":8080", "a:443", "a:1:2", "127.0.0.1:19601"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, host string) {
@@ -193,7 +194,8 @@ func FuzzPlainHost(f *testing.F) {
 // accepts and cachekey.PlainHost calls canonical, so serveRequest may
 // skip both for it.
 func FuzzPlainValidHost(f *testing.F) {
-	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "a_b-c.d", "a/b", "a b", "a@b", "\xff"} {
+	for _, s := range []string{"", ".", "a.", "a..", "example.com", "Example.com", "a:80", "[::1]", "[::1]:443", "a_b-c.d", "a/b", "a b", "a@b", "\xff",
+		"a:8080", "a:123456", "a.:8080", "A:8080", "a:", ":8080", "a:443", "a:1:2", "127.0.0.1:19601"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, host string) {

@@ -19,6 +19,7 @@ import (
 	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/listener"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -109,6 +110,9 @@ var (
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 	p.serveRequest(ctx, false)
 	httpx.EnsureDate(&ctx.Response)
+	if resp := &ctx.Response; !resp.IsBodyStream() && len(resp.Body()) >= listener.CoalesceMin {
+		listener.Coalesce(ctx.Conn()) // one writev, as fasthttp's own (listener/deadline.go)
+	}
 }
 
 // serveRequest routes, admits and answers a request. fromPeer marks a
@@ -464,6 +468,7 @@ func (r *route) appendKey(dst []byte, ctx *fasthttp.RequestCtx, sc *scratch, nam
 		Route:     r.name,
 		Scheme:    scheme,
 		Host:      ctx.Request.Header.Host(),
+		HostPlain: sc.present&hostPlain != 0,
 		Path:      uri.PathOriginal(),
 		Query:     uri.QueryString(),
 		Headers:   sc.hdrs,

@@ -126,6 +126,9 @@ func (t *Table) Resolve(host, path []byte) (*Route, error) {
 // pass finds the port and whether there is anything to lower-case, so
 // a lower-case host (the proxy's canonical form) is looked up as it is.
 func (t *Table) hostRoutes(host []byte) []*Route {
+	if len(t.byHost) == 0 {
+		return t.any // "*" routes only: the host changes nothing
+	}
 	var special byte
 	for _, c := range host {
 		special |= hostSpecial[c]

@@ -14,6 +14,7 @@
 //
 //	public.go  Public, New: the servers, Serve (shared or plain), graceful shutdown
 //	mux.go     sorting accepted connections: TLS ALPN or the h2c preface, replayed bytes
+//	deadline.go  coarse deadlines: fasthttp's per-request timeouts armed lazily, slack late
 //	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
 //	           answer written back, 103 Early Hints, pooled per-request state
 package listener

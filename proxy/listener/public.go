@@ -37,6 +37,7 @@ type Public struct {
 	h2          *http.Server // nil: HTTP/2 off
 	http2, h2c  bool
 	readTimeout time.Duration
+	slack       time.Duration // how late a timeout may fire (deadline.go)
 	logger      *slog.Logger
 
 	mu  sync.Mutex
@@ -48,7 +49,8 @@ type Public struct {
 // request the HTTP/2 side cannot take (a body over max_body_size) is
 // answered by h1's ErrorHandler, so both protocols answer alike.
 func New(h1 *fasthttp.Server, s config.Server, logger *slog.Logger) *Public {
-	pub := &Public{H1: h1, http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout, logger: logger}
+	pub := &Public{H1: h1, http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout, logger: logger,
+		slack: coarseSlack(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)}
 	if s.HTTP2 || s.H2C {
 		pub.h2 = newH2Server(h1.Handler, h1.ErrorHandler, s, logger)
 	}
@@ -111,7 +113,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 		if tc != nil {
 			ln = tls.NewListener(ln, tc)
 		}
-		return pub.H1.Serve(ln)
+		return pub.H1.Serve(coarse(ln, pub.slack))
 	}
 	m := newConnMux(ln, tc, pub.readTimeout, pub.logger)
 	pub.mu.Lock()
@@ -119,7 +121,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 	pub.mu.Unlock()
 	go m.run()
 	go func() { _ = pub.h2.Serve(m.h2) }() // returns when the mux closes
-	return pub.H1.Serve(m.h1)
+	return pub.H1.Serve(coarse(m.h1, pub.slack))
 }
 
 // ShutdownWithContext stops accepting connections and waits for the

@@ -1,0 +1,294 @@
+package listener
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
+)
+
+func TestCoarseSlack(t *testing.T) {
+	for _, c := range []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{[]time.Duration{10 * time.Second, 30 * time.Second, 60 * time.Second}, 625 * time.Millisecond},
+		{[]time.Duration{time.Minute, time.Minute, time.Minute}, time.Second},
+		{[]time.Duration{time.Second, 30 * time.Second, 60 * time.Second}, time.Second / 16},
+		{[]time.Duration{10 * time.Second, 0, 60 * time.Second}, 0},
+	} {
+		if got := coarseSlack(c.in...); got != c.want {
+			t.Errorf("coarseSlack(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// deadlineRecorder is a net.Conn that records the deadlines armed on it.
+type deadlineRecorder struct {
+	net.Conn
+	read, write []time.Time
+}
+
+func (r *deadlineRecorder) Read(b []byte) (int, error)        { return 0, nil }
+func (r *deadlineRecorder) SetReadDeadline(t time.Time) error { r.read = append(r.read, t); return nil }
+func (r *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	r.write = append(r.write, t)
+	return nil
+}
+
+// TestDeadlineConnArms checks when the wrapper arms a timer: a read
+// deadline at the next read only, the last one set; a deadline again only
+// when the armed one would fire early or more than slack late; one within
+// slack of now (or none) exactly.
+func TestDeadlineConnArms(t *testing.T) {
+	rec := &deadlineRecorder{}
+	const slack = 100 * time.Millisecond
+	c := &deadlineConn{Conn: rec, slack: slack}
+	now := time.Now()
+	idle, read := now.Add(time.Minute), now.Add(10*time.Second)
+
+	_ = c.SetReadDeadline(read)
+	_ = c.SetReadDeadline(idle)
+	if len(rec.read) != 0 {
+		t.Fatalf("read deadlines armed before a read: %v", rec.read)
+	}
+	_, _ = c.Read(nil)
+	if len(rec.read) != 1 || !rec.read[0].Equal(idle.Add(slack)) {
+		t.Fatalf("armed %v, want only the idle deadline plus slack", rec.read)
+	}
+	// Next requests within slack: nothing to arm.
+	_ = c.SetReadDeadline(read.Add(slack / 2)) // the request's own bytes need no read
+	_ = c.SetReadDeadline(idle.Add(slack / 2))
+	_, _ = c.Read(nil)
+	if len(rec.read) != 1 {
+		t.Fatalf("re-armed within slack: %v", rec.read)
+	}
+	// A read under read_timeout (an incomplete request) arms it.
+	_ = c.SetReadDeadline(read)
+	_, _ = c.Read(nil)
+	if len(rec.read) != 2 || !rec.read[1].Equal(read.Add(slack)) {
+		t.Fatalf("armed %v, want read_timeout's deadline plus slack second", rec.read)
+	}
+	// Past and near deadlines stop a connection on time; none clears.
+	_ = c.SetReadDeadline(now)
+	_, _ = c.Read(nil)
+	_ = c.SetReadDeadline(time.Time{})
+	_, _ = c.Read(nil)
+	_, _ = c.Read(nil)
+	if len(rec.read) != 4 || !rec.read[2].Equal(now) || !rec.read[3].IsZero() {
+		t.Fatalf("armed %v, want %v exactly, then none, once", rec.read, now)
+	}
+
+	w := now.Add(30 * time.Second)
+	_ = c.SetWriteDeadline(w)
+	_ = c.SetWriteDeadline(w.Add(slack / 2))
+	_ = c.SetWriteDeadline(w.Add(2 * slack))
+	_ = c.SetDeadline(time.Time{})
+	if len(rec.write) != 3 || !rec.write[0].Equal(w.Add(slack)) || !rec.write[1].Equal(w.Add(3*slack)) || !rec.write[2].IsZero() {
+		t.Fatalf("write deadlines armed: %v", rec.write)
+	}
+}
+
+// TestCoarseTimeoutsFire serves fasthttp through Public with short
+// timeouts: a request that stops half-way gets 408 after read_timeout,
+// not before, and an idle keep-alive connection is closed after
+// idle_timeout, not before — each at most slack plus scheduling late.
+func TestCoarseTimeoutsFire(t *testing.T) {
+	s := config.Server{ReadTimeout: 400 * time.Millisecond, WriteTimeout: time.Second, IdleTimeout: 800 * time.Millisecond}
+	h1 := &fasthttp.Server{
+		Handler:      func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ReadTimeout:  s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout,
+		IdleTimeout:  s.IdleTimeout,
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				ctx.SetStatusCode(fasthttp.StatusRequestTimeout)
+				return
+			}
+			ctx.SetStatusCode(fasthttp.StatusBadRequest)
+		},
+	}
+	pub := New(h1, s, nil)
+	if pub.slack != 25*time.Millisecond {
+		t.Fatalf("slack %v, want 25ms", pub.slack)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- pub.Serve(ln, nil) }()
+	t.Cleanup(func() {
+		_ = pub.Shutdown()
+		<-served
+	})
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	const late = 300 * time.Millisecond // slack and a loaded machine's scheduling
+
+	// Several requests on one connection (re-arming within slack), then a
+	// half request.
+	c, br := dial()
+	for range 3 {
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("keep-alive request: %v %v", resp, err)
+		}
+		_ = resp.Body.Close()
+	}
+	start := time.Now()
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHo")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	took := time.Since(start)
+	if err != nil || resp.StatusCode != fasthttp.StatusRequestTimeout {
+		t.Fatalf("half request: %v %v, want 408", resp, err)
+	}
+	if took < s.ReadTimeout || took > s.ReadTimeout+late {
+		t.Errorf("408 after %v, want read_timeout %v (at most %v late)", took, s.ReadTimeout, late)
+	}
+
+	c, br = dial()
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("request: %v %v", resp, err)
+	}
+	_ = resp.Body.Close()
+	start = time.Now()
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("idle connection sent a byte, want it closed")
+	}
+	// The server starts the idle time when it has sent the answer, a
+	// little before the client has read it.
+	if took := time.Since(start); took < s.IdleTimeout-50*time.Millisecond || took > s.IdleTimeout+late {
+		t.Errorf("idle connection closed after %v, want idle_timeout %v (at most %v late)", took, s.IdleTimeout, late)
+	}
+}
+
+// writeRecorder is a net.Conn that records what is written to it.
+type writeRecorder struct {
+	net.Conn
+	writes [][]byte
+	closed bool
+}
+
+func (r *writeRecorder) Write(b []byte) (int, error) {
+	r.writes = append(r.writes, append([]byte(nil), b...))
+	return len(b), nil
+}
+func (r *writeRecorder) Read(b []byte) (int, error)      { return 0, nil }
+func (r *writeRecorder) SetReadDeadline(time.Time) error { return nil }
+func (r *writeRecorder) Close() error                    { r.closed = true; return nil }
+
+// TestCoalesceHoldsFirstBuffer: armed, the first full buffer waits for
+// the next write and leaves with it, in order; a smaller first write, or
+// none armed, goes at once; a read or a close sends anything held.
+func TestCoalesceHoldsFirstBuffer(t *testing.T) {
+	rec := &writeRecorder{}
+	c := &deadlineConn{Conn: rec, bufSize: 8}
+	full, rest := []byte("01234567"), []byte("89")
+	Coalesce(c)
+	if n, err := c.Write(full); n != len(full) || err != nil || len(rec.writes) != 0 {
+		t.Fatalf("first full buffer: %d %v, %d writes; want it held", n, err, len(rec.writes))
+	}
+	if n, err := c.Write(rest); n != len(rest) || err != nil {
+		t.Fatalf("second write: %d %v", n, err)
+	}
+	if got := bytes.Join(rec.writes, nil); string(got) != "0123456789" {
+		t.Fatalf("sent %q, want both in order", got)
+	}
+	rec.writes = nil
+	_, _ = c.Write(full) // not armed
+	Coalesce(c)
+	_, _ = c.Write(rest) // armed, but short: sent, and the arming used up
+	_, _ = c.Write(full)
+	if len(rec.writes) != 3 {
+		t.Fatalf("writes %q, want three sent at once", rec.writes)
+	}
+	rec.writes = nil
+	Coalesce(c)
+	_, _ = c.Write(full)
+	_, _ = c.Read(nil)
+	Coalesce(c)
+	_, _ = c.Write(full)
+	_ = c.Close()
+	if len(rec.writes) != 2 || !rec.closed {
+		t.Fatalf("writes %q closed %v: a read and a close send what is held", rec.writes, rec.closed)
+	}
+}
+
+// TestCoalescedAnswersIntact serves in-memory bodies around the write
+// buffer's size through Public, pipelined on one connection, the handler
+// arming Coalesce as proxy's does: every answer arrives whole, in order.
+func TestCoalescedAnswersIntact(t *testing.T) {
+	sizes := []int{10, CoalesceMin - 200, CoalesceMin, CoalesceMin + 1, 3*CoalesceMin - 100, 100 << 10}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
+		n := ctx.QueryArgs().GetUintOrZero("n")
+		ctx.SetBody(bytes.Repeat([]byte{byte('a' + n%26)}, n))
+		if len(ctx.Response.Body()) >= CoalesceMin {
+			Coalesce(ctx.Conn())
+		}
+	}, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
+	pub := New(h1, config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- pub.Serve(ln, nil) }()
+	t.Cleanup(func() { _ = pub.Shutdown(); <-served })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	var reqs strings.Builder
+	for _, n := range sizes {
+		fmt.Fprintf(&reqs, "GET /?n=%d HTTP/1.1\r\nHost: x\r\n\r\nHEAD /?n=%d HTTP/1.1\r\nHost: x\r\n\r\n", n, n)
+	}
+	go func() { _, _ = io.WriteString(c, reqs.String()) }()
+	br := bufio.NewReader(c)
+	for _, n := range sizes {
+		for _, method := range []string{"GET", "HEAD"} {
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			if err != nil {
+				t.Fatalf("%s n=%d: %v", method, n, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			want := ""
+			if method == "GET" {
+				want = strings.Repeat(string(rune('a'+n%26)), n)
+			}
+			if err != nil || string(body) != want || resp.ContentLength != int64(n) {
+				t.Fatalf("%s n=%d: %d bytes (%v), Content-Length %d", method, n, len(body), err, resp.ContentLength)
+			}
+		}
+	}
+}
