@@ -61,7 +61,7 @@ func (r *PieceReader) fill() error {
 	binary.LittleEndian.PutUint32(r.pk[len(r.pk)-4:], uint32(i))
 	r.buf = r.s.c.Get(r.buf[:0], r.pk)
 	start := i * r.piece
-	if uint64(len(r.buf)) != min(r.piece, r.total-start) {
+	if start >= r.total || uint64(len(r.buf)) != min(r.piece, r.total-start) {
 		r.cur = nil
 		return ErrPieceEvicted
 	}
