@@ -121,12 +121,16 @@ func (r *PieceReader) Close() error {
 func (s *store) getStream(dst, k []byte, minTotal int) (v []byte, verified bool, r *PieceReader, bodyLen int64) {
 	v = s.c.Get(dst[:0], k)
 	m, ok := parseChunkMeta(v)
-	if !ok || minTotal <= 0 || m.total < uint64(minTotal) || m.epoch != s.epoch {
-		v, verified = s.resolve(v, k)
+	if !ok {
+		v, verified = s.small(v)
 		return v, verified, nil, 0
 	}
-	if !s.validTotal(k, m) || pieceLen(len(k)) <= 0 {
+	if !s.validTotal(k, m) {
 		return v[:0], false, nil, 0
+	}
+	if minTotal <= 0 || m.total < uint64(minTotal) || m.epoch != s.epoch || pieceLen(len(k)) <= 0 {
+		v, verified = s.assemble(v, k, m)
+		return v, verified, nil, 0
 	}
 	r = pieceReaders.Get().(*PieceReader)
 	*r = PieceReader{s: s, pk: appendPieceKey(r.pk[:0], k, m.nonce, 0), piece: uint64(pieceLen(len(k))), total: m.total, buf: r.buf}

@@ -129,15 +129,20 @@ func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
 func (s *store) resolve(v, k []byte) ([]byte, bool) {
 	m, ok := parseChunkMeta(v)
 	if !ok {
-		if n := len(v) - smallTrailerLen; n >= 0 && string(v[len(v)-len(smallMagic):]) == smallMagic {
-			return v[:n], binary.LittleEndian.Uint64(v[n:]) == s.epoch
-		}
-		return v, false
+		return s.small(v)
 	}
 	if !s.validTotal(k, m) {
 		return v[:0], false
 	}
 	return s.assemble(v, k, m)
+}
+
+// small is a value stored whole, without its trailer (see above).
+func (s *store) small(v []byte) ([]byte, bool) {
+	if n := len(v) - smallTrailerLen; n >= 0 && string(v[len(v)-len(smallMagic):]) == smallMagic {
+		return v[:n], binary.LittleEndian.Uint64(v[n:]) == s.epoch
+	}
+	return v, false
 }
 
 // chunkMeta is a parsed chunk meta (the layout above).
