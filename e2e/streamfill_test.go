@@ -113,10 +113,8 @@ func TestStreamedFillFanOut(t *testing.T) {
 	t.Logf("shield VmRSS %d MiB before, %d MiB after (+%d MiB); VmHWM %d MiB", rssBefore>>10, rssAfter>>10, (rssAfter-rssBefore)>>10, hwm>>10)
 
 	// The fill was stored: the next requests are hits with the same
-	// bytes. A few at once: each hit reads the entry into its response's
-	// buffer, so a wave of concurrent hits on a large object costs a copy
-	// each (logged for comparison); fifty 32 MiB copies made this test
-	// time out on a loaded CI machine.
+	// bytes, a few at once (hits stream the entry's pieces: their memory
+	// is TestMemHitConcurrentLarge's business).
 	t.Logf("after the fill: %s", strings.ReplaceAll(metricLines(e.metrics(), "shield_cache", "shield_origin_fetches"), "\n", "; "))
 	const hitClients = 5
 	hits := make([]error, hitClients)
