@@ -177,7 +177,9 @@ func streamedFanOut(t *testing.T, e *env, path string, size, hitClients int, eve
 			growth>>20, hwm>>10, rssBefore>>10, clients, size>>20, maxGrowth>>20)
 	}
 
-	// The fill was stored: the next requests are hits with the same bytes.
+	// The fill was stored: the next requests are hits with the same
+	// bytes, a few at once (hits stream the entry's pieces: their memory
+	// is TestMemHitConcurrentLarge's business).
 	t.Logf("after the fill: %s", strings.ReplaceAll(metricLines(e.metrics(), "shield_cache", "shield_origin_fetches"), "\n", "; "))
 	hits := make([]error, hitClients)
 	for i := range hitClients {

@@ -48,8 +48,9 @@
 //	                     request (hop-by-hop, X-Forwarded-*, Via) and the answer's head
 //	freshness.go         origin response → stale.Facts → storable / lifetime / windows
 //	hithead.go           a hit's head: parsed heads copied into the answer
-//	diskhit.go           the disk tier: opening it, fresh hits with the body sent
-//	                     from its file, its metrics
+//	diskhit.go           the disk tier: opening it, its metrics
+//	streamhit.go         fresh hits whose body is a stream: a disk tier file, or a
+//	                     large memory entry sent piece by piece
 //	purge.go             purge by URL (hard, soft) and by namespace (applied through proxy/cache)
 //	handoff.go           hand-off entries: the ones handed over, the ones taken
 //	status.go            the admin status page's data and event log
@@ -60,8 +61,10 @@
 //
 //   - A fresh hit allocates nothing: per-request buffers come from a pool,
 //     the entry is read into the response's own body buffer and handed
-//     back truncated to the body (SwapBody), metric handles are resolved
-//     when a configuration is applied (hit_alloc_test.go asserts 0).
+//     back truncated to the body (SwapBody) — or, for an entry stored in
+//     pieces, its body is streamed from a pooled piece reader
+//     (streamhit.go) — metric handles are resolved when a configuration
+//     is applied (hit_alloc_test.go asserts 0).
 //   - Nothing keeps a RequestCtx or its byte slices past the handler:
 //     background refreshes get a copied request; waiters read an encoded
 //     entry owned by the flight, never the leader's response; a streamed

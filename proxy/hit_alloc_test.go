@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"testing"
 
@@ -123,5 +124,46 @@ func TestForwardedHitAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(1000, do); n != 0 {
 			t.Errorf("forwarded hit, %s: %v allocs, want 0", name, n)
 		}
+	}
+}
+
+// TestStreamedHitAllocs: a hit on an entry stored in pieces, its body
+// streamed piece by piece (streamhit.go), allocates nothing either:
+// through the handler with the answer written as the server writes it,
+// and through a real server and client.
+func TestStreamedHitAllocs(t *testing.T) {
+	const n = 300 << 10
+	p, ctx := warmLargeHit(t, n)
+	h := p.Handler()
+	bw := bufio.NewWriterSize(new(copySink), 4096)
+	streamed := true
+	allocs := testing.AllocsPerRun(200, func() {
+		ctx.Response.Reset()
+		h(ctx)
+		streamed = streamed && ctx.Response.IsBodyStream()
+		_ = ctx.Response.Write(bw)
+		_ = bw.Flush()
+	})
+	if !streamed {
+		t.Fatal("a hit was not streamed")
+	}
+	if allocs != 0 {
+		t.Errorf("streamed HIT = %v allocs/op, want 0", allocs)
+	}
+	c := inMemoryServer(t, p)
+	req, resp := hitRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	var err error
+	allocs = testing.AllocsPerRun(200, func() {
+		if err == nil {
+			err = c.Do(req, resp)
+		}
+	})
+	if err != nil || len(resp.Body()) != n {
+		t.Fatalf("GET: %v, %d bytes", err, len(resp.Body()))
+	}
+	if allocs != 0 {
+		t.Errorf("streamed GET through server and client = %v allocs/op, want 0", allocs)
 	}
 }

@@ -152,27 +152,15 @@ func appendContentRange(dst []byte, r byteRange, size int) []byte {
 // whole is true when Range is ignored and the full body goes out. tmp is
 // scratch for formatting; ranges is scratch for parsing.
 func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *cache.Entry, full []byte, tmp []byte, ranges []byteRange) (part, multipart []byte, whole bool, tmpOut []byte, rangesOut []byteRange) {
-	resp.Header.SetBytesKV(hAcceptRanges, bytesUnit)
-	if !ifRangeMatches(h, e) {
-		return nil, nil, true, tmp, ranges
-	}
-	rs, ok := parseRanges(ranges[:0], h.PeekCanonical(hRange), len(full))
-	if !ok {
-		return nil, nil, true, tmp, rs
-	}
 	size := len(full)
-	switch len(rs) {
-	case 0:
-		resp.SetStatusCode(fasthttp.StatusRequestedRangeNotSatisfiable)
-		tmp = strconv.AppendInt(append(append(tmp[:0], contentRangeSP...), "*/"...), int64(size), 10)
-		resp.Header.SetBytesKV(hContentRange, tmp)
+	rs, whole, tmp := rangeHead(resp, h, e, size, tmp, ranges)
+	switch {
+	case whole:
+		return nil, nil, true, tmp, rs
+	case len(rs) == 0:
 		return full[:0], nil, false, tmp, rs
-	case 1:
-		r := rs[0]
-		resp.SetStatusCode(fasthttp.StatusPartialContent)
-		tmp = appendContentRange(tmp[:0], r, size)
-		resp.Header.SetBytesKV(hContentRange, tmp)
-		return full[r.first : r.last+1], nil, false, tmp, rs
+	case len(rs) == 1:
+		return full[rs[0].first : rs[0].last+1], nil, false, tmp, rs
 	}
 	ct := resp.Header.ContentType()
 	var body []byte
@@ -190,4 +178,31 @@ func rangeAnswer(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *cache.En
 	resp.SetStatusCode(fasthttp.StatusPartialContent)
 	resp.Header.SetContentType(multipartType + rangeBoundary)
 	return nil, body, false, tmp, rs
+}
+
+// rangeHead is the part of rangeAnswer that needs only the body's size:
+// it sets Accept-Ranges, and for no satisfiable range the 416 and its
+// Content-Range, for one the 206 and its Content-Range, and returns the
+// ranges (whole: Range is ignored). For more than one it sets nothing
+// else: the caller builds the multipart answer.
+func rangeHead(resp *fasthttp.Response, h *fasthttp.RequestHeader, e *cache.Entry, size int, tmp []byte, ranges []byteRange) (rs []byteRange, whole bool, tmpOut []byte) {
+	resp.Header.SetBytesKV(hAcceptRanges, bytesUnit)
+	if !ifRangeMatches(h, e) {
+		return ranges, true, tmp
+	}
+	rs, ok := parseRanges(ranges[:0], h.PeekCanonical(hRange), size)
+	if !ok {
+		return rs, true, tmp
+	}
+	switch len(rs) {
+	case 0:
+		resp.SetStatusCode(fasthttp.StatusRequestedRangeNotSatisfiable)
+		tmp = strconv.AppendInt(append(append(tmp[:0], contentRangeSP...), "*/"...), int64(size), 10)
+		resp.Header.SetBytesKV(hContentRange, tmp)
+	case 1:
+		resp.SetStatusCode(fasthttp.StatusPartialContent)
+		tmp = appendContentRange(tmp[:0], rs[0], size)
+		resp.Header.SetBytesKV(hContentRange, tmp)
+	}
+	return rs, false, tmp
 }

@@ -58,11 +58,13 @@ type scratch struct {
 	present reqFields
 	ckey    []byte // the coding's sibling key (compress.go)
 
-	// A disk tier entry's body (diskhit.go): fileOK lets the lookup
-	// leave it in file, fileLen bytes from its offset.
-	fileOK  bool
-	file    *os.File
-	fileLen int64
+	// A fresh hit's body stream (streamhit.go): streamOK lets the lookup
+	// leave a disk tier entry's body in file (bodyLen bytes from its
+	// offset), or a large memory entry's in pieces.
+	streamOK bool
+	file     *os.File
+	pieces   *cache.PieceReader
+	bodyLen  int64
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -74,8 +76,8 @@ func (sc *scratch) reset() {
 	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
 	sc.coding, sc.present = 0, 0
-	sc.closeFile()
-	sc.fileOK = false
+	sc.closeStream()
+	sc.streamOK = false
 }
 
 // peek is h.PeekCanonical(name), skipped when sanitize saw no such field.
@@ -242,7 +244,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	// to the response truncated to the body, so nothing is copied.
 	b := ctx.Response.SwapBody(nil)
 	var e cache.Entry
-	sc.fileOK = forwardTo == nil && !readThrough && (sc.coding == codingIdentityIdx || rte.comp == nil)
+	sc.streamOK = forwardTo == nil && !readThrough && (sc.coding == codingIdentityIdx || rte.comp == nil)
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	if p.top.Sample() {
 		// One request in topk.DefaultSample feeds the top-keys view;
@@ -309,9 +311,9 @@ func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *ro
 		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", cacheStatus{fwd: "miss", detail: "only-if-cached"})
 		return resBypass
 	}
-	if sc.file != nil {
+	if sc.file != nil || sc.pieces != nil {
 		var done bool
-		if b, lk, done = p.fileLookup(ctx, rte, sc, e, b, lk, now); done {
+		if b, lk, done = p.streamLookup(ctx, rte, sc, e, b, lk, now); done {
 			return resHit
 		}
 	}

@@ -100,23 +100,34 @@ func (c *Cache) GetVerified(dst, k []byte) (v []byte, verified bool) {
 // like any other (its Body is empty) — with f open on its file, the body
 // being bodyLen bytes at f's current offset. The caller closes f (a
 // response body stream does). f is nil for entries in memory and misses.
-// Only the fresh-hit path uses it: everything else takes GetVerified.
 func (c *Cache) GetVerifiedOrFile(dst, k []byte) (v []byte, verified bool, f *os.File, bodyLen int64) {
-	v, verified = c.s.getVerified(dst, k)
+	v, verified, f, _, bodyLen = c.GetVerifiedOrStream(dst, k, 0)
+	return v, verified, f, bodyLen
+}
+
+// GetVerifiedOrStream is GetVerifiedOrFile, and also streams large
+// entries from memory: one this process stored in pieces whose encoding
+// is at least minMem bytes (minMem > 0) comes back as its metadata too,
+// with r reading its bodyLen-byte body from the pieces (piecestream.go).
+// The caller closes r (a response body stream does). At most one of f
+// and r is not nil. Only the fresh-hit path uses it: everything else
+// takes GetVerified.
+func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verified bool, f *os.File, r *PieceReader, bodyLen int64) {
+	v, verified, r, bodyLen = c.s.getStream(dst, k, minMem)
 	if len(v) > 0 || c.d == nil {
-		return v, verified, nil, 0
+		return v, verified, nil, r, bodyLen
 	}
 	var e Entry
 	f, meta, off, n, ok := c.d.open(k, v[:0], cachekey.Digest(k), &e)
 	if !ok {
-		return meta[:0], false, nil, 0
+		return meta[:0], false, nil, nil, 0
 	}
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		f.Close()
 		c.d.fail("seek", err)
-		return meta[:0], false, nil, 0
+		return meta[:0], false, nil, nil, 0
 	}
-	return meta, true, f, n
+	return meta, true, f, nil, n
 }
 
 // getDisk reads k's entry from the disk tier into dst.

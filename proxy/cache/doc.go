@@ -21,6 +21,7 @@
 //	entry.go       the versioned cache entry codec
 //	entryage.go    an entry's age and freshness at a time
 //	store.go       fastcache, pieces for large entries, the writer's epoch, snapshots
+//	piecestream.go a large entry's body read piece by piece (PieceReader), for hits
 //	inval.go       invalidation ordering: one clock, URL and tag invalidations
 //	namespaces.go  route and tenant namespace versions (purge by namespace)
 //
@@ -35,7 +36,9 @@
 // fields (fetch sequence, URL digest, tags, namespace in the key) and
 // the same invalidation verdict. GetVerified reads a disk entry whole;
 // GetVerifiedOrFile returns its metadata and the open file, for a fresh
-// hit to send the body from the file. A failing disk (ENOSPC, EIO,
+// hit to send the body from the file; GetVerifiedOrStream also returns a
+// large memory entry this process wrote as its metadata and a
+// PieceReader over its body's pieces (piecestream.go). A failing disk (ENOSPC, EIO,
 // permissions) makes writes skip it for 30 s (entries go to memory when
 // they fit), logged and counted; reads of a failing file are misses.
 // After a restart the directory is scanned; its entries are kept only

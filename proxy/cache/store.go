@@ -121,26 +121,66 @@ func (s *store) get(dst, k []byte) []byte {
 // getVerified is get, and reports whether the value is known intact
 // without checking its entry checksum (pieces this process wrote).
 func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
-	v = s.c.Get(dst[:0], k)
-	if len(v) != chunkMetaLen || [4]byte(v[:4]) != chunkMagic {
-		if n := len(v) - smallTrailerLen; n >= 0 && string(v[len(v)-len(smallMagic):]) == smallMagic {
-			return v[:n], binary.LittleEndian.Uint64(v[n:]) == s.epoch
-		}
-		return v, false
+	return s.resolve(s.c.Get(dst[:0], k), k)
+}
+
+// resolve is getVerified of v, the value fastcache holds under k: a small
+// value without its trailer, or the pieces a chunk meta names.
+func (s *store) resolve(v, k []byte) ([]byte, bool) {
+	m, ok := parseChunkMeta(v)
+	if !ok {
+		return s.small(v)
 	}
-	nonce := binary.LittleEndian.Uint64(v[4:])
-	epoch := binary.LittleEndian.Uint64(v[12:])
-	total := uint64(binary.LittleEndian.Uint32(v[20:]))
-	if total > s.maxEntry || total == 0 {
-		s.c.Del(k)
+	if !s.validTotal(k, m) {
 		return v[:0], false
 	}
+	return s.assemble(v, k, m)
+}
+
+// small is a value stored whole, without its trailer (see above).
+func (s *store) small(v []byte) ([]byte, bool) {
+	if n := len(v) - smallTrailerLen; n >= 0 && string(v[len(v)-len(smallMagic):]) == smallMagic {
+		return v[:n], binary.LittleEndian.Uint64(v[n:]) == s.epoch
+	}
+	return v, false
+}
+
+// chunkMeta is a parsed chunk meta (the layout above).
+type chunkMeta struct {
+	nonce, epoch, total uint64
+}
+
+// parseChunkMeta reads v as a chunk meta; ok is false for any other value.
+func parseChunkMeta(v []byte) (m chunkMeta, ok bool) {
+	if len(v) != chunkMetaLen || [4]byte(v[:4]) != chunkMagic {
+		return m, false
+	}
+	m.nonce = binary.LittleEndian.Uint64(v[4:])
+	m.epoch = binary.LittleEndian.Uint64(v[12:])
+	m.total = uint64(binary.LittleEndian.Uint32(v[20:]))
+	return m, true
+}
+
+// validTotal reports whether m's length is one an entry may have; a meta
+// claiming more (a damaged snapshot) is deleted.
+func (s *store) validTotal(k []byte, m chunkMeta) bool {
+	if m.total > s.maxEntry || m.total == 0 {
+		s.c.Del(k)
+		return false
+	}
+	return true
+}
+
+// assemble reads the pieces m names into v[:0]: the whole value, or an
+// empty slice when a piece is missing.
+func (s *store) assemble(v, k []byte, m chunkMeta) ([]byte, bool) {
+	total := m.total
 	if uint64(cap(v)) < total {
 		v = make([]byte, 0, total)
 	}
 	v = v[:0]
 	var kb [512]byte
-	pk := appendPieceKey(kb[:0], k, nonce, 0)
+	pk := appendPieceKey(kb[:0], k, m.nonce, 0)
 	idx := len(pk) - 4
 	for i := uint32(0); uint64(len(v)) < total; i++ {
 		binary.LittleEndian.PutUint32(pk[idx:], i)
@@ -153,7 +193,17 @@ func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
 	if uint64(len(v)) != total {
 		return v[:0], false
 	}
-	return v, epoch == s.epoch
+	return v, m.epoch == s.epoch
+}
+
+// pieceLen is the length of every piece but the last of a value stored
+// under a key of keyLen bytes. 32 KiB pieces pack two to a fastcache
+// chunk; near-64 KiB pieces (SetBig's) waste most of a chunk whenever one
+// is partly filled. Two must fit one chunk with their keys and
+// fastcache's 4-byte prefixes, or a second piece hashed to the same
+// bucket evicts the first (in a 32 MiB cache every bucket has one chunk).
+func pieceLen(keyLen int) int {
+	return min(pieceSize, halfChunkKV-(keyLen+len(pieceTag)+8+4))
 }
 
 func appendPieceKey(dst, k []byte, nonce uint64, i uint32) []byte {
@@ -179,12 +229,7 @@ func (s *store) set(k, v []byte) {
 	nonce := rand.Uint64()
 	pk := appendPieceKey(nil, k, nonce, 0)
 	idx := len(pk) - 4
-	// 32 KiB pieces pack two to a fastcache chunk; near-64 KiB pieces
-	// (SetBig's) waste most of a chunk whenever one is partly filled.
-	// Two must fit one chunk with their keys and fastcache's 4-byte
-	// prefixes, or a second piece hashed to the same bucket evicts the
-	// first (in a 32 MiB cache every bucket has one chunk).
-	piece := min(pieceSize, halfChunkKV-len(pk))
+	piece := pieceLen(len(k))
 	for i := 0; len(v) > 0; i++ {
 		n := min(piece, len(v))
 		binary.LittleEndian.PutUint32(pk[idx:], uint32(i))

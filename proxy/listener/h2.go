@@ -55,7 +55,8 @@ func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hh.h(ctx)
 	}
 	q.conn.finish()
-	q.vbuf = writeH2Response(w, ctx, q.vbuf)
+	var complete bool
+	q.vbuf, complete = writeH2Response(w, ctx, q.vbuf)
 	if cap(q.vbuf) > 64<<10 {
 		q.vbuf = nil // one huge answer does not stay in the pool
 	}
@@ -65,6 +66,13 @@ func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx.ResetUserValues()
 	q.conn.w, q.tls.state = nil, nil // nothing of this request stays reachable
 	h2Requests.Put(q)
+	if !complete {
+		// A body stream that failed after its Content-Length went out (a
+		// cache piece evicted meanwhile): reset the stream, as HTTP/1.1
+		// closes the connection, so that the client sees a truncated
+		// answer, never a short one ended as complete.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // copyRequest copies r into ctx.Request; false when r cannot be served
@@ -133,8 +141,9 @@ const h2BufferedBody = 4 << 10
 // direct assignment with canonical keys; all values share one string and
 // one backing array (two allocations, whatever the number of fields),
 // because net/http encodes the fields after the handler has returned,
-// when nothing pooled may be referenced any more.
-func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byte) []byte {
+// when nothing pooled may be referenced any more. complete is false when
+// a body stream ended early (failed, or short of its length).
+func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byte) (_ []byte, complete bool) {
 	resp := &ctx.Response
 	hdr := w.Header()
 	clear(hdr) // a 103's Link fields
@@ -177,14 +186,16 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byt
 	head := ctx.IsHead() || resp.SkipBody
 	noBody := status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified || status < 200
 	if resp.IsBodyStream() {
-		if cl := resp.Header.ContentLength(); cl >= 0 && !noBody {
+		cl := resp.Header.ContentLength()
+		if cl >= 0 && !noBody {
 			hdr["Content-Length"] = []string{strconv.Itoa(cl)}
 		}
 		w.WriteHeader(status)
 		if !head && !noBody {
-			_, _ = io.Copy(w, resp.BodyStream())
+			n, err := io.Copy(w, resp.BodyStream())
+			return vbuf, err == nil && (cl < 0 || n == int64(cl))
 		}
-		return vbuf
+		return vbuf, true
 	}
 	body := resp.Body()
 	if !noBody && (head || len(body) > h2BufferedBody) {
@@ -198,7 +209,7 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byt
 	if !head && !noBody && len(body) > 0 {
 		_, _ = w.Write(body)
 	}
-	return vbuf
+	return vbuf, true
 }
 
 // h2Names are the canonical names of fields shield's answers carry

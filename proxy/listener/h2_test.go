@@ -298,3 +298,68 @@ func TestH2ContentLength(t *testing.T) {
 		}
 	}
 }
+
+// failingStream yields n bytes, then fails (a cache piece evicted while
+// the body is sent).
+type failingStream struct{ n int }
+
+func (f *failingStream) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, errors.New("evicted")
+	}
+	k := min(len(p), f.n)
+	clear(p[:k])
+	f.n -= k
+	return k, nil
+}
+
+// TestH2BodyStreamFailureResetsStream: a body stream that fails, or ends
+// short of its Content-Length, resets the HTTP/2 stream: the client gets
+// an error, never a short body ended as complete. A stream that ends as
+// it should reads cleanly.
+func TestH2BodyStreamFailureResetsStream(t *testing.T) {
+	h := func(ctx *fasthttp.RequestCtx) {
+		good, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("good")))
+		cl, _ := strconv.Atoi(string(ctx.QueryArgs().Peek("cl")))
+		if ctx.QueryArgs().Has("ok") {
+			ctx.SetBodyStream(bytes.NewReader(make([]byte, good)), cl)
+			return
+		}
+		ctx.SetBodyStream(&failingStream{n: good}, cl)
+	}
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true,
+		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
+	pub := New(&fasthttp.Server{Handler: h}, s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pub.Serve(ln, nil) }()
+	defer func() { _ = pub.Shutdown() }()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	defer tr.CloseIdleConnections()
+	for _, tc := range []struct {
+		query  string
+		n      int // bytes of a complete body
+		failed bool
+	}{
+		{"good=100000&cl=1000000", 0, true},   // fails after 100000 bytes of 1000000
+		{"good=100000&cl=-1", 0, true},        // fails, length unknown
+		{"ok&good=100000&cl=200000", 0, true}, // ends short of its length
+		{"ok&good=300000&cl=300000", 300000, false},
+		{"ok&good=300000&cl=-1", 300000, false},
+	} {
+		resp, err := tr.RoundTrip(must(http.NewRequest("GET", "http://"+ln.Addr().String()+"/?"+tc.query, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if failed := err != nil; failed != tc.failed || (!tc.failed && len(body) != tc.n) {
+			t.Errorf("%s: read %d bytes, err %v; want failed = %v", tc.query, len(body), err, tc.failed)
+		}
+	}
+}
