@@ -23,7 +23,9 @@ import (
 // arrived, blocking on a condition variable for more. A late joiner
 // starts from byte 0 too. The buffer becomes the stored entry (its meta
 // is appended in place, cache.AppendEntryAfterBody), so a fill costs one
-// copy of the object however many clients read it.
+// copy of the object however many clients read it. A fill bound for the
+// disk tier writes the body into the tier's file instead, and its readers
+// read it there (filldisk.go): no copy in memory at all.
 //
 // When the body is complete the entry is stored through the cache's one
 // Put, with the decisions (storability, Vary, tags, invalidation order)
@@ -145,8 +147,8 @@ func (fl *fill) end(st fillState) {
 
 // fillReader is one client's body stream of a fill. It reads the fill's
 // buffer or file only, never a RequestCtx or the origin's response, so
-// fasthttp may run it after the handler has returned (docs/architecture.md
-// §12). A reader of a disk fill holds a reference to its file, released
+// fasthttp may run it after the handler has returned
+// (docs/architecture.md §12). A reader of a disk fill holds a reference to its file, released
 // by Close (fasthttp closes a body stream once it is done with it).
 type fillReader struct {
 	fl     *fill
