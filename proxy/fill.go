@@ -237,7 +237,7 @@ func (p *Proxy) startFill(f *originFetch, resp *fasthttp.Response, l upstream.Le
 		fl.disk = p.cache.StartDiskFill(key, head, size)
 	}
 	if fl.disk != nil {
-		fl.refs = 2 // the job's and the requester's (answerFill)
+		fl.refs = 2 // the job's, and the requester's (answer.release drops it)
 	} else {
 		fl.buf = make([]byte, size, size+len(head))
 	}
@@ -366,9 +366,6 @@ func fillStreamable(ctx *fasthttp.RequestCtx, sc *scratch, fl *fill) bool {
 // from the head at once. res is what a served answer counts as.
 func (p *Proxy) answerFill(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, fl *fill, timeout <-chan time.Time, staleCopy []byte, cs cacheStatus, res result) result {
 	waiter := timeout != nil
-	if !waiter {
-		defer fl.release() // the requester's reference (startFill)
-	}
 	if fillStreamable(ctx, sc, fl) && fl.acquire() {
 		var e cache.Entry
 		_ = cache.DecodeEntry(fl.head, &e) // encoded by startFill

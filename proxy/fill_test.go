@@ -480,6 +480,12 @@ func TestStreamedFillCompressRoute(t *testing.T) {
 // too, run in the background: the stale copy is served, the refreshed
 // one stored.
 func TestStreamedFillBackgroundRefresh(t *testing.T) {
+	testStreamedFillBackgroundRefresh(t, nil)
+}
+
+// testStreamedFillBackgroundRefresh is TestStreamedFillBackgroundRefresh
+// on the proxy edit makes.
+func testStreamedFillBackgroundRefresh(t *testing.T, edit func(*config.Config)) {
 	body := fillBody(2 << 20)
 	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 		// Only the first answer goes stale soon: a slow (-race, loaded)
@@ -494,7 +500,7 @@ func TestStreamedFillBackgroundRefresh(t *testing.T) {
 		b[0] = byte(n)
 		_, _ = w.Write(b)
 	})
-	p := newFillProxy(t, o.addr(), nil)
+	p := newFillProxy(t, o.addr(), edit)
 	addr := listen(t, p)
 	get1 := func() (*fillClient, []byte) {
 		c := openFill(t, addr, "/swr", 1)

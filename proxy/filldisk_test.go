@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +82,56 @@ func TestStreamedFillToDisk(t *testing.T) {
 	}
 }
 
+// openFiles counts this process's open files under dir: a fill's file
+// is closed once the fill and its readers are done.
+func openFiles(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatalf("open files: %v", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, dir+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// noGC turns the garbage collector off for the test: an *os.File left
+// open is closed by the collector once unreachable, which would hide a
+// fill that never closes its file from noOpenFiles.
+func noGC(t *testing.T) {
+	t.Helper()
+	prev := debug.SetGCPercent(-1)
+	t.Cleanup(func() { debug.SetGCPercent(prev) })
+}
+
+// noOpenFiles waits until the process holds no file under dir open
+// (with noGC: closed by the code, not by the collector).
+func noOpenFiles(t *testing.T, dir string) {
+	t.Helper()
+	waitUntil(t, "no file under the test's directory open", func() bool { return openFiles(t, dir) == 0 })
+}
+
+// TestDiskFillBackgroundRefresh: a background refresh (nobody's request
+// reads its answer) through the disk tier stores the new answer and
+// closes the fill's file.
+func TestDiskFillBackgroundRefresh(t *testing.T) {
+	noGC(t)
+	dir := t.TempDir()
+	testStreamedFillBackgroundRefresh(t, func(c *config.Config) {
+		c.Cache.Path = filepath.Join(dir, "snap")
+		c.Cache.Disk = &config.CacheDisk{Path: filepath.Join(dir, "disk"), Size: 64 * config.MiB}
+	})
+	if n := diskFiles(dir); n != 1 {
+		t.Errorf("%d files in the disk tier, want 1 (the refreshed answer)", n)
+	}
+
+	noOpenFiles(t, dir)
+}
+
 // newDiskFillProxy is a fill proxy with a 64 MiB disk tier under dir.
 func newDiskFillProxy(t *testing.T, originAddr, dir string) *Proxy {
 	t.Helper()
@@ -123,6 +175,7 @@ func fillInFlight(p *Proxy) *fill {
 // origin still holds the rest, get the origin's bytes; the file is
 // committed once, and no temporary file is left.
 func TestDiskFillNoBuffer(t *testing.T) {
+	noGC(t)
 	body := fillBody(3 << 20)
 	o := newSlowOrigin(t, body, 512<<10, false)
 	dir := t.TempDir()
@@ -169,6 +222,7 @@ func TestDiskFillNoBuffer(t *testing.T) {
 	if e, ok := stored(t, p, primaryKey(p, get(t, "/nobuf"))); !ok || e.Kind == 0 {
 		t.Error("the completed fill is not readable from the cache")
 	}
+	noOpenFiles(t, dir)
 }
 
 // TestDiskFillPurgeDuringFill: a purge of the URL that lands while a disk
@@ -176,6 +230,7 @@ func TestDiskFillNoBuffer(t *testing.T) {
 // client (whose request preceded the purge) gets the body whole, the file
 // is removed, and the next request goes to the origin.
 func TestDiskFillPurgeDuringFill(t *testing.T) {
+	noGC(t)
 	body := fillBody(2 << 20)
 	o := newSlowOrigin(t, body, 256<<10, false)
 	dir := t.TempDir()
@@ -210,12 +265,14 @@ func TestDiskFillPurgeDuringFill(t *testing.T) {
 	if n := o.hits.Load(); n != 2 {
 		t.Errorf("origin fetches = %d, want 2", n)
 	}
+	noOpenFiles(t, dir)
 }
 
 // TestDiskFillOriginFailsMidway: an origin that fails halfway through a
 // disk fill truncates its clients' transfers, stores nothing, and leaves
 // no temporary file.
 func TestDiskFillOriginFailsMidway(t *testing.T) {
+	noGC(t)
 	body := fillBody(2 << 20)
 	o := newSlowOrigin(t, body, 512<<10, true)
 	dir := t.TempDir()
@@ -246,6 +303,7 @@ func TestDiskFillOriginFailsMidway(t *testing.T) {
 	if n := p.g.fillFailures.Get(); n != 1 {
 		t.Errorf("fill failures = %d, want 1", n)
 	}
+	noOpenFiles(t, dir)
 }
 
 // TestDiskFillDiskFailsMidway: a disk whose writes fail during a fill
@@ -253,6 +311,7 @@ func TestDiskFillOriginFailsMidway(t *testing.T) {
 // its clients get the whole body, the temporary file is removed, and the
 // entry is stored in memory (it fits cache.size/8) and served as a hit.
 func TestDiskFillDiskFailsMidway(t *testing.T) {
+	noGC(t)
 	body := fillBody(3 << 20)
 	o := newSlowOrigin(t, body, 512<<10, false)
 	dir := t.TempDir()
@@ -294,4 +353,5 @@ func TestDiskFillDiskFailsMidway(t *testing.T) {
 	if got, err := h.rest(); err != nil || !bytes.Equal(got, body) || !strings.HasPrefix(h.resp.Header.Get("Cache-Status"), "shield; hit") {
 		t.Errorf("after the fill: %d bytes, err %v, Cache-Status %q; want a hit", len(got), err, h.resp.Header.Get("Cache-Status"))
 	}
+	noOpenFiles(t, dir)
 }
