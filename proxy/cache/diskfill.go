@@ -103,16 +103,24 @@ func (w *DiskFill) ReadAt(b []byte, off int64) (int, error) {
 func (w *DiskFill) Store(e *Entry, o PutOptions) PutResult {
 	c := w.c
 	w.done = true
-	if dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags); dead {
-		_ = os.Remove(w.f.Name())
-		return Refused
-	}
+	// Store's verdict, before the file is finished (a refused fill is
+	// not re-read) and again after (finishing a large file takes a
+	// while): the later a purge lands, the earlier it is seen.
+	dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags)
 	var dw *diskWrite
-	if err := w.finish(); err != nil {
-		c.d.fail("write", err)
+	if !dead {
+		if err := w.finish(); err != nil {
+			c.d.fail("write", err)
+		} else {
+			dw = &diskWrite{tmp: w.f.Name(), size: w.bodyOff + int64(w.size)}
+			dead, _ = c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags)
+		}
+	}
+	if dead || dw == nil {
 		_ = os.Remove(w.f.Name())
-	} else {
-		dw = &diskWrite{tmp: w.f.Name(), size: w.bodyOff + int64(w.size)}
+		if dead {
+			return Refused
+		}
 	}
 	return c.storeWritten(w.key, nil, e, o, dw)
 }
