@@ -148,8 +148,9 @@ func (fl *fill) end(st fillState) {
 // fillReader is one client's body stream of a fill. It reads the fill's
 // buffer or file only, never a RequestCtx or the origin's response, so
 // fasthttp may run it after the handler has returned
-// (docs/architecture.md §12). A reader of a disk fill holds a reference to its file, released
-// by Close (fasthttp closes a body stream once it is done with it).
+// (docs/architecture.md §12). A reader of a disk fill holds a reference
+// to its file, released by Close (fasthttp closes a body stream once it
+// is done with it).
 type fillReader struct {
 	fl     *fill
 	off    int
@@ -300,7 +301,8 @@ func (j *fillJob) run() {
 }
 
 // read reads the body into the fill's buffer, or through a chunk
-// buffer into its file, making each read visible as it lands. A body shorter than its Content-Length, or longer, fails.
+// buffer into its file, making each read visible as it lands. A body
+// shorter than its Content-Length, or longer, fails.
 func (j *fillJob) read() error {
 	fl := j.fl
 	r := j.resp.BodyStream()

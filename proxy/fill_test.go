@@ -287,9 +287,15 @@ func TestStreamedFillFailedIsTruncatedAndNotStored(t *testing.T) {
 // are answered from the stored entry; HEAD and conditionals are answered
 // from the head at once.
 func TestStreamedFillRangeHeadConditional(t *testing.T) {
+	testStreamedFillRangeHeadConditional(t, nil)
+}
+
+// testStreamedFillRangeHeadConditional is
+// TestStreamedFillRangeHeadConditional on the proxy edit makes.
+func testStreamedFillRangeHeadConditional(t *testing.T, edit func(*config.Config)) {
 	body := fillBody(2 << 20)
 	o := newSlowOrigin(t, body, 512<<10, false)
-	p := newFillProxy(t, o.addr(), nil)
+	p := newFillProxy(t, o.addr(), edit)
 	addr := listen(t, p)
 
 	leader := openFill(t, addr, "/rh", 1024)

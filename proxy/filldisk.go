@@ -79,14 +79,15 @@ func (fl *fill) release() {
 }
 
 // chunk waits for the fill's next bytes past r.off and returns them: a
-// slice of the fill's buffer, or bytes read from its file into p.
+// slice of the fill's buffer, or bytes read from its file into p (none
+// when p is empty).
 func (r *fillReader) chunk(p []byte) ([]byte, error) {
 	b, end, err := r.fl.next(r.off)
 	if b != nil || err != nil {
 		return b, err
 	}
 	if len(p) == 0 {
-		p = make([]byte, min(fillReadChunk, end-r.off))
+		return nil, nil
 	}
 	n, err := r.fl.disk.ReadAt(p[:min(len(p), end-r.off)], int64(r.off))
 	if n > 0 {

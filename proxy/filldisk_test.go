@@ -132,6 +132,22 @@ func TestDiskFillBackgroundRefresh(t *testing.T) {
 	noOpenFiles(t, dir)
 }
 
+// TestDiskFillRangeHeadConditional: HEAD and conditional requests are
+// answered from a disk fill's head at once, a Range once it is complete
+// (its entry read whole); the fill's file is closed afterwards.
+func TestDiskFillRangeHeadConditional(t *testing.T) {
+	noGC(t)
+	dir := t.TempDir()
+	testStreamedFillRangeHeadConditional(t, func(c *config.Config) {
+		c.Cache.Path = filepath.Join(dir, "snap")
+		c.Cache.Disk = &config.CacheDisk{Path: filepath.Join(dir, "disk"), Size: 64 * config.MiB}
+	})
+	if n := diskFiles(dir); n != 1 {
+		t.Errorf("%d files in the disk tier, want 1", n)
+	}
+	noOpenFiles(t, dir)
+}
+
 // newDiskFillProxy is a fill proxy with a 64 MiB disk tier under dir.
 func newDiskFillProxy(t *testing.T, originAddr, dir string) *Proxy {
 	t.Helper()
