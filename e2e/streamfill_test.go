@@ -51,9 +51,9 @@ func TestStreamedFillFanOut(t *testing.T) {
 // median's) within 0.5 s of the origin's; the completed fill is a file
 // of the disk tier, and 50 concurrent hits are sent from it. The fill
 // writes the body into the tier's file as it arrives and its clients read
-// it from there, so shield's RSS grows by a few buffers (a read buffer per
-// client, the fill's chunk, connections), not by the object: < 32 MiB for
-// the 64 MiB object (a memory fill grew it by 66 MiB).
+// it from there, so shield's RSS grows by a few buffers (pooled read
+// buffers, the fill's chunk, connections), not by the object: < 32 MiB
+// for the 64 MiB object (a memory fill grew it by 66 MiB).
 func TestStreamedFillFanOutDisk(t *testing.T) {
 	dir := t.TempDir()
 	e := newEnv(t, func(c *shieldConfig) {

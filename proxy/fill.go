@@ -154,12 +154,11 @@ func (fl *fill) end(st fillState) {
 type fillReader struct {
 	fl     *fill
 	off    int
-	buf    []byte // a disk fill's read buffer (WriteTo)
 	closed bool
 }
 
 func (r *fillReader) Read(p []byte) (int, error) {
-	b, err := r.chunk(p)
+	b, err := r.next(p)
 	if len(b) == 0 {
 		return 0, err
 	}
@@ -169,22 +168,25 @@ func (r *fillReader) Read(p []byte) (int, error) {
 }
 
 // WriteTo writes what has arrived straight from the fill's buffer (no
-// copy through a pooled buffer), or through one buffer of its own from
-// the fill's file, then waits for more.
+// copy through a pooled buffer), or from the fill's file through a pooled
+// buffer held only while a piece is written, then waits for more.
 func (r *fillReader) WriteTo(w io.Writer) (int64, error) {
 	var total int64
-	if r.fl.disk != nil && r.buf == nil {
-		r.buf = make([]byte, fillReadChunk)
-	}
 	for {
-		b, err := r.chunk(r.buf)
-		if len(b) == 0 {
+		b, end, err := r.fl.next(r.off)
+		if err != nil {
 			if err == io.EOF {
 				return total, nil
 			}
 			return total, err
 		}
-		n, werr := w.Write(b)
+		var n int
+		var werr error
+		if b != nil {
+			n, werr = w.Write(b)
+		} else {
+			n, werr = r.writeDisk(w, end)
+		}
 		r.off += n
 		total += int64(n)
 		if werr != nil {

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"io"
+	"sync"
 
 	"github.com/shield-proxy/shield/proxy/cache"
 )
@@ -15,8 +16,9 @@ import (
 // buffer and writes it straight into the tier's temporary file
 // (cache.DiskFill), and readers read it back from that file (pread, up to
 // what has been written, waiting on the fill's condition as for a memory
-// fill) through a fillReadChunk buffer each. A fill's memory is so a few
-// buffers whatever the object's size.
+// fill) a fillReadChunk piece at a time, through a pooled buffer held
+// only while the piece is written (fillBufs). A fill's memory is so a few
+// buffers whatever the object's size and the number of its readers.
 //
 // The completed file is committed by cache.DiskFill.Store, which decides
 // as cache.Store does — the invalidation verdict (a purge that landed
@@ -43,8 +45,9 @@ import (
 const (
 	// fillChunk is the buffer a disk fill's body goes to its file through.
 	fillChunk = 256 << 10
-	// fillReadChunk is each reader's buffer of a disk fill's file.
-	fillReadChunk = 64 << 10
+	// fillReadChunk is the piece of a disk fill's file a reader reads
+	// and writes at a time (through a pooled buffer, fillBufs).
+	fillReadChunk = 256 << 10
 )
 
 // acquire takes a reference to a disk fill's file, false once it is
@@ -78,14 +81,19 @@ func (fl *fill) release() {
 	}
 }
 
-// chunk waits for the fill's next bytes past r.off and returns them: a
+// next waits for the fill's next bytes past r.off and returns them: a
 // slice of the fill's buffer, or bytes read from its file into p (none
 // when p is empty).
-func (r *fillReader) chunk(p []byte) ([]byte, error) {
+func (r *fillReader) next(p []byte) ([]byte, error) {
 	b, end, err := r.fl.next(r.off)
 	if b != nil || err != nil {
 		return b, err
 	}
+	return r.chunk(p, end)
+}
+
+// chunk reads the fill's file from r.off up to end into p.
+func (r *fillReader) chunk(p []byte, end int) ([]byte, error) {
 	if len(p) == 0 {
 		return nil, nil
 	}
@@ -97,6 +105,24 @@ func (r *fillReader) chunk(p []byte) ([]byte, error) {
 		err = io.ErrUnexpectedEOF // the file is shorter than what was written
 	}
 	return nil, err
+}
+
+// fillBufs are the buffers disk fill readers write pieces of the file
+// through: one is held only while a piece is read and written, so the
+// readers waiting for the body to arrive (most of them, most of the time)
+// hold none.
+var fillBufs = sync.Pool{New: func() any { b := make([]byte, fillReadChunk); return &b }}
+
+// writeDisk writes the fill's file from r.off up to end (at most a
+// buffer's worth) to w.
+func (r *fillReader) writeDisk(w io.Writer, end int) (int, error) {
+	bp := fillBufs.Get().(*[]byte)
+	defer fillBufs.Put(bp)
+	b, err := r.chunk(*bp, end)
+	if len(b) == 0 {
+		return 0, err
+	}
+	return w.Write(b)
 }
 
 // Close releases the reader's reference to a disk fill's file.
