@@ -47,7 +47,7 @@ const (
 	fillChunk = 256 << 10
 	// fillReadChunk is the piece of a disk fill's file a reader reads
 	// and writes at a time (through a pooled buffer, fillBufs).
-	fillReadChunk = 256 << 10
+	fillReadChunk = 128 << 10
 )
 
 // acquire takes a reference to a disk fill's file, false once it is
