@@ -44,6 +44,8 @@
 //	coalesce.go          in-flight fetches per key
 //	fill.go              streamed fills: a large cacheable miss's body goes to its
 //	                     client and every waiter as it arrives, while it is stored
+//	filldisk.go          streamed fills bound for the disk tier: the body goes into the
+//	                     tier's file as it arrives and its readers read it there
 //	relay.go             what crosses between client and origin, both ways: the origin
 //	                     request (hop-by-hop, X-Forwarded-*, Via) and the answer's head
 //	freshness.go         origin response → stale.Facts → storable / lifetime / windows
@@ -68,7 +70,7 @@
 //   - Nothing keeps a RequestCtx or its byte slices past the handler:
 //     background refreshes get a copied request; waiters read an encoded
 //     entry owned by the flight, never the leader's response; a streamed
-//     fill's body streams read the fill's buffer, never a response.
+//     fill's body streams read the fill's buffer or file, never a response.
 //   - Every failure of the cache or cluster machinery is a miss (or a
 //     stale answer), never a wrong or foreign one: corrupt entries, entries
 //     stored under another key, missing pieces, an owner that fails or

@@ -65,8 +65,13 @@ func fromUpstream(f upstream.Failure) failure {
 	return failure{status: f.Status, detail: f.Detail, retryAfter: f.RetryAfter}
 }
 
-// release frees the origin response the answer still holds.
+// release frees the origin response the answer still holds, and a
+// streamed fill's reference for its requester.
 func (a *answer) release() {
+	if a.kind == ansFilling && a.fill != nil {
+		a.fill.release() // the requester's reference to a disk fill's file (startFill)
+		a.fill = nil
+	}
 	if a.resp != nil {
 		_ = a.resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(a.resp)
@@ -408,7 +413,9 @@ func (p *Proxy) fetch(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, s
 		sc.peerTags(&ctx.Response, &e)
 		return resMiss
 	case ansFilling:
-		return p.answerFill(ctx, rt, rte, sc, a.fill, nil, staleCopy, cacheStatus{fwd: fwd, fwdStatus: a.fill.status, stored: true}, resMiss)
+		res := p.answerFill(ctx, rt, rte, sc, a.fill, nil, staleCopy, cacheStatus{fwd: fwd, fwdStatus: a.fill.status, stored: true}, resMiss)
+		a.release()
+		return res
 	case ansUnstorable:
 		if !hasAuth {
 			// A request-side reason not to store (Authorization) says

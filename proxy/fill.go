@@ -23,7 +23,9 @@ import (
 // arrived, blocking on a condition variable for more. A late joiner
 // starts from byte 0 too. The buffer becomes the stored entry (its meta
 // is appended in place, cache.AppendEntryAfterBody), so a fill costs one
-// copy of the object however many clients read it.
+// copy of the object however many clients read it. A fill bound for the
+// disk tier writes the body into the tier's file instead, and its readers
+// read it there (filldisk.go): no copy in memory at all.
 //
 // When the body is complete the entry is stored through the cache's one
 // Put, with the decisions (storability, Vary, tags, invalidation order)
@@ -81,18 +83,26 @@ type fill struct {
 	entry    []byte  // the encoded entry: buf with its meta appended
 	fail     failure // fillFailed: what to answer instead
 
+	// disk, when not nil, is the disk tier's file the body is written to
+	// as it arrives (filldisk.go): readers read it there while buf is
+	// nil. Set once by startFill.
+	disk *cache.DiskFill
+
 	mu    sync.Mutex
 	cond  sync.Cond // on mu: broadcast when n or state change
-	buf   []byte    // len size; buf[:n] has arrived (written only past n)
+	buf   []byte    // len size; buf[:n] has arrived (written only past n); nil while the body is on disk only
 	n     int       // guarded by mu
 	state fillState // guarded by mu
+	refs  int       // guarded by mu: holders of disk (the job, the requester, readers); the last closes it
 }
 
 // next waits for body bytes past off and returns them, or the error that
 // ends the body (io.EOF when it is complete). While the fill runs the
 // last byte is held back: it goes out once the body is complete and
-// stored. The returned slice is read-only and stays valid.
-func (fl *fill) next(off int) ([]byte, error) {
+// stored. The returned slice is read-only and stays valid. For a body
+// on disk it returns no bytes but end, the body's bytes up to which the
+// file holds (read them with fl.disk.ReadAt).
+func (fl *fill) next(off int) (b []byte, end int, err error) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	for {
@@ -101,15 +111,18 @@ func (fl *fill) next(off int) ([]byte, error) {
 			end = min(end, fl.size-1)
 		}
 		if off < end {
-			return fl.buf[off:end], nil
+			if fl.buf == nil {
+				return nil, end, nil
+			}
+			return fl.buf[off:end], end, nil
 		}
 		switch fl.state {
 		case fillRunning:
 			fl.cond.Wait()
 		case fillFailed:
-			return nil, errFillFailed
+			return nil, 0, errFillFailed
 		default:
-			return nil, io.EOF
+			return nil, 0, io.EOF
 		}
 	}
 }
@@ -133,15 +146,19 @@ func (fl *fill) end(st fillState) {
 }
 
 // fillReader is one client's body stream of a fill. It reads the fill's
-// buffer only, never a RequestCtx or the origin's response, so fasthttp
-// may run it after the handler has returned (docs/architecture.md §12).
+// buffer or file only, never a RequestCtx or the origin's response, so
+// fasthttp may run it after the handler has returned
+// (docs/architecture.md §12). A reader of a disk fill holds a reference
+// to its file, released by Close (fasthttp closes a body stream once it
+// is done with it).
 type fillReader struct {
-	fl  *fill
-	off int
+	fl     *fill
+	off    int
+	closed bool
 }
 
 func (r *fillReader) Read(p []byte) (int, error) {
-	b, err := r.fl.next(r.off)
+	b, err := r.next(p)
 	if len(b) == 0 {
 		return 0, err
 	}
@@ -151,18 +168,25 @@ func (r *fillReader) Read(p []byte) (int, error) {
 }
 
 // WriteTo writes what has arrived straight from the fill's buffer (no
-// copy through a pooled buffer), then waits for more.
+// copy through a pooled buffer), or from the fill's file through a pooled
+// buffer held only while a piece is written, then waits for more.
 func (r *fillReader) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for {
-		b, err := r.fl.next(r.off)
-		if len(b) == 0 {
+		b, end, err := r.fl.next(r.off)
+		if err != nil {
 			if err == io.EOF {
 				return total, nil
 			}
 			return total, err
 		}
-		n, werr := w.Write(b)
+		var n int
+		var werr error
+		if b != nil {
+			n, werr = w.Write(b)
+		} else {
+			n, werr = r.writeDisk(w, end)
+		}
 		r.off += n
 		total += int64(n)
 		if werr != nil {
@@ -210,8 +234,16 @@ func (p *Proxy) startFill(f *originFetch, resp *fasthttp.Response, l upstream.Le
 	head := cache.AppendEntry(nil, &e, vary, headers)
 	// The meta appended after the body is the head's (it does not
 	// depend on the body): room for it now, so the entry is the buffer.
-	fl := &fill{size: size, status: status, head: head, key: key, coded: coded, complete: make(chan struct{}), buf: make([]byte, size, size+len(head))}
+	fl := &fill{size: size, status: status, head: head, key: key, coded: coded, complete: make(chan struct{})}
 	fl.cond.L = &fl.mu
+	if !coded {
+		fl.disk = p.cache.StartDiskFill(key, head, size)
+	}
+	if fl.disk != nil {
+		fl.refs = 2 // the job's, and the requester's (answer.release drops it)
+	} else {
+		fl.buf = make([]byte, size, size+len(head))
+	}
 	j := &fillJob{p: p, fl: fl, flight: f.flight, rte: rte, resp: resp, lease: l, e: e, vary: vary, headers: headers,
 		primary: bytes.Clone(f.primary), respTime: respTime}
 	p.g.streamedFills.Inc()
@@ -231,15 +263,24 @@ func (j *fillJob) run() {
 		fl.fail = fromUpstream(rte.origin.BodyFailed())
 		p.g.fillFailures.Inc()
 		p.logger.Debug("streamed fill failed", "route", rte.name, "err", err)
+		if fl.disk != nil {
+			fl.disk.Abort()
+		}
 		fl.end(fillFailed)
 	} else {
-		j.e.Body = fl.buf[:fl.size]
-		fl.entry = cache.AppendEntryAfterBody(fl.buf[:fl.size], &j.e, j.vary, j.headers)
-		switch p.putResponse(j.primary, fl.key, fl.entry, &j.e, j.vary, j.respTime) {
+		var res cache.PutResult
+		if fl.buf == nil {
+			res = p.storeDiskFill(j)
+		} else {
+			j.e.Body = fl.buf[:fl.size]
+			fl.entry = cache.AppendEntryAfterBody(fl.buf[:fl.size], &j.e, j.vary, j.headers)
+			res = p.putResponse(j.primary, fl.key, fl.entry, &j.e, j.vary, j.respTime)
+		}
+		switch res {
 		case cache.Stored:
 			rte.m.stored.Inc()
 			fl.end(fillStored)
-			if rte.comp != nil {
+			if rte.comp != nil && fl.entry != nil {
 				p.storeSiblings(rte, fl.key, fl.entry)
 			}
 		case cache.Dropped:
@@ -258,16 +299,33 @@ func (j *fillJob) run() {
 	if j.flight != nil {
 		p.fl.remove(j.flight)
 	}
+	fl.release()
 }
 
-// read reads the body into the fill's buffer, making each read visible
-// as it lands. A body shorter than its Content-Length, or longer, fails.
+// read reads the body into the fill's buffer, or through a chunk
+// buffer into its file, making each read visible as it lands. A body
+// shorter than its Content-Length, or longer, fails.
 func (j *fillJob) read() error {
 	fl := j.fl
 	r := j.resp.BodyStream()
+	var chunk []byte // a disk fill's: what is read goes to the file from there
+	if fl.disk != nil {
+		chunk = make([]byte, fillChunk)
+	}
 	for n := 0; n < fl.size; {
-		k, err := r.Read(fl.buf[n:fl.size])
+		var dst []byte
+		if fl.buf != nil { // only this goroutine sets buf
+			dst = fl.buf[n:fl.size]
+		} else {
+			dst = chunk[:min(len(chunk), fl.size-n)]
+		}
+		k, err := r.Read(dst)
 		if k > 0 {
+			if fl.buf == nil {
+				if werr := j.toDisk(dst[:k], n); werr != nil {
+					return werr
+				}
+			}
 			n = fl.arrived(k)
 		}
 		if err == io.EOF {
@@ -312,7 +370,7 @@ func fillStreamable(ctx *fasthttp.RequestCtx, sc *scratch, fl *fill) bool {
 // from the head at once. res is what a served answer counts as.
 func (p *Proxy) answerFill(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, fl *fill, timeout <-chan time.Time, staleCopy []byte, cs cacheStatus, res result) result {
 	waiter := timeout != nil
-	if fillStreamable(ctx, sc, fl) {
+	if fillStreamable(ctx, sc, fl) && fl.acquire() {
 		var e cache.Entry
 		_ = cache.DecodeEntry(fl.head, &e) // encoded by startFill
 		p.serveShared(ctx, &e, e.Age(time.Now()), cs)
@@ -321,6 +379,8 @@ func (p *Proxy) answerFill(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 			// The head goes out at once, the body as it arrives.
 			ctx.Response.ImmediateHeaderFlush = true
 			ctx.Response.SetBodyStream(&fillReader{fl: fl}, fl.size)
+		} else {
+			fl.release()
 		}
 		return res
 	}
@@ -342,8 +402,15 @@ func (p *Proxy) answerFill(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	case st == fillUnshared && waiter:
 		return p.fetch(ctx, rt, rte, sc, nil, staleCopy, "bypass")
 	}
+	enc := fl.entry
+	if enc == nil {
+		// A disk fill's entry: read whole for this request only.
+		if enc = p.diskFillEntry(fl, st); enc == nil {
+			return p.fetch(ctx, rt, rte, sc, nil, staleCopy, "bypass")
+		}
+	}
 	var e cache.Entry
-	_ = cache.DecodeEntry(fl.entry, &e)
+	_ = cache.DecodeEntry(enc, &e)
 	p.serveSharedCoded(ctx, sc, rte, &e, fl.key, e.Age(time.Now()), cs)
 	sc.peerTags(&ctx.Response, &e)
 	return res
@@ -366,13 +433,19 @@ func storeKey(primary []byte, h *fasthttp.RequestHeader, vary [][]byte) []byte {
 // disk tier could not keep it and it is too large for memory (counted
 // by the cache: shield_cache_disk_dropped_total).
 func (p *Proxy) putResponse(primary, key, enc []byte, e *cache.Entry, vary [][]byte, respTime time.Time) cache.PutResult {
-	var o cache.PutOptions
-	if len(vary) > 0 {
-		o.Vary = &cache.Vary{Primary: primary, Names: vary, At: respTime.UnixNano()}
-	}
-	res := p.cache.Store(key, enc, e, o)
+	res := p.cache.Store(key, enc, e, putOptions(primary, vary, respTime))
 	if res == cache.Refused {
 		p.g.overtaken.Inc()
 	}
 	return res
+}
+
+// putOptions are a response's store options: the vary marker under
+// primary when it varies.
+func putOptions(primary []byte, vary [][]byte, respTime time.Time) cache.PutOptions {
+	var o cache.PutOptions
+	if len(vary) > 0 {
+		o.Vary = &cache.Vary{Primary: primary, Names: vary, At: respTime.UnixNano()}
+	}
+	return o
 }

@@ -287,9 +287,15 @@ func TestStreamedFillFailedIsTruncatedAndNotStored(t *testing.T) {
 // are answered from the stored entry; HEAD and conditionals are answered
 // from the head at once.
 func TestStreamedFillRangeHeadConditional(t *testing.T) {
+	testStreamedFillRangeHeadConditional(t, nil)
+}
+
+// testStreamedFillRangeHeadConditional is
+// TestStreamedFillRangeHeadConditional on the proxy edit makes.
+func testStreamedFillRangeHeadConditional(t *testing.T, edit func(*config.Config)) {
 	body := fillBody(2 << 20)
 	o := newSlowOrigin(t, body, 512<<10, false)
-	p := newFillProxy(t, o.addr(), nil)
+	p := newFillProxy(t, o.addr(), edit)
 	addr := listen(t, p)
 
 	leader := openFill(t, addr, "/rh", 1024)
@@ -480,6 +486,12 @@ func TestStreamedFillCompressRoute(t *testing.T) {
 // too, run in the background: the stale copy is served, the refreshed
 // one stored.
 func TestStreamedFillBackgroundRefresh(t *testing.T) {
+	testStreamedFillBackgroundRefresh(t, nil)
+}
+
+// testStreamedFillBackgroundRefresh is TestStreamedFillBackgroundRefresh
+// on the proxy edit makes.
+func testStreamedFillBackgroundRefresh(t *testing.T, edit func(*config.Config)) {
 	body := fillBody(2 << 20)
 	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 		// Only the first answer goes stale soon: a slow (-race, loaded)
@@ -494,7 +506,7 @@ func TestStreamedFillBackgroundRefresh(t *testing.T) {
 		b[0] = byte(n)
 		_, _ = w.Write(b)
 	})
-	p := newFillProxy(t, o.addr(), nil)
+	p := newFillProxy(t, o.addr(), edit)
 	addr := listen(t, p)
 	get1 := func() (*fillClient, []byte) {
 		c := openFill(t, addr, "/swr", 1)

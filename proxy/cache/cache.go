@@ -234,7 +234,6 @@ func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 	if dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags); dead {
 		return Refused
 	}
-	digest := cachekey.Digest(key)
 	var w *diskWrite
 	if c.d.takes(len(enc)) {
 		dw, err := c.d.write(key, enc)
@@ -244,7 +243,16 @@ func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 			w = &dw
 		}
 	}
-	mu := c.stripe(digest)
+	return c.storeWritten(key, enc, e, o, w)
+}
+
+// storeWritten is Store past the invalidation check and the disk write:
+// the check of what key holds and the write, under its stripe lock. w,
+// when not nil, is the entry already written for the disk tier; enc is
+// nil when the entry is only there (a disk fill, diskfill.go), and is then
+// Dropped when w is nil or fails to commit.
+func (c *Cache) storeWritten(key, enc []byte, e *Entry, o PutOptions, w *diskWrite) PutResult {
+	mu := c.stripe(cachekey.Digest(key))
 	mu.Lock()
 	defer mu.Unlock()
 	return c.putLocked(key, enc, e, o, w)
@@ -282,7 +290,8 @@ func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite)
 // setLocked writes enc under key in the tier it belongs to, and removes
 // it from the other (the caller holds key's stripe lock). It reports
 // false when neither keeps it: the disk failed (or is backing off) and
-// enc is larger than memory takes; the key then holds nothing.
+// enc is larger than memory takes (or nil: a disk fill's entry, held by
+// w only); the key then holds nothing.
 func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) bool {
 	if c.d == nil {
 		c.s.set(key, enc)
@@ -306,7 +315,7 @@ func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) bool {
 		}
 	}
 	c.d.del(digest)
-	if len(enc) > c.memMax {
+	if enc == nil || len(enc) > c.memMax {
 		c.s.del(key)
 		c.d.dropped.Add(1)
 		return false

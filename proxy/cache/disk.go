@@ -105,6 +105,10 @@ type disk struct {
 	lru   diskItem // sentinel: lru.next is the most recently used
 	used  int64
 
+	// faults, when set (Cache.SetDiskFault, tests), fails disk fill
+	// operations it returns an error for.
+	faults atomic.Pointer[func(op string) error]
+
 	downUntil                                                         atomic.Int64 // unix ns: writes skip the disk until then
 	hits, misses, writes, evictions, errs, corrupt, degraded, dropped atomic.Uint64
 }
@@ -400,6 +404,23 @@ func (d *disk) takes(n int) bool {
 	return d != nil && n >= d.minEntry && int64(n) <= d.maxEntry && time.Now().UnixNano() >= d.downUntil.Load()
 }
 
+// fault is the error a test injected for op, if any.
+func (d *disk) fault(op string) error {
+	if f := d.faults.Load(); f != nil {
+		return (*f)(op)
+	}
+	return nil
+}
+
+// SetDiskFault makes the disk tier's fill operations ("write" of a body
+// chunk, "finish") fail with what f returns for them (nil: succeed);
+// for tests of a disk failing mid-fill. It does nothing without a tier.
+func (c *Cache) SetDiskFault(f func(op string) error) {
+	if c.d != nil {
+		c.d.faults.Store(&f)
+	}
+}
+
 // fail records a failing disk operation: writes skip the disk for
 // diskBackoff (entries stay in memory), never a crash or a wrong answer.
 func (d *disk) fail(op string, err error) {
@@ -420,17 +441,9 @@ type diskWrite struct {
 // write writes key's file under tmp, fsynced; commit renames it into
 // place. Errors are the disk's (ENOSPC, EIO, permissions).
 func (d *disk) write(key, enc []byte) (w diskWrite, err error) {
-	f, err := os.CreateTemp(d.tmp, "w-*")
+	f, err := d.createTemp()
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			// The directory was removed under us: recreate it once.
-			if err = os.MkdirAll(d.tmp, 0o755); err == nil {
-				f, err = os.CreateTemp(d.tmp, "w-*")
-			}
-		}
-		if err != nil {
-			return w, err
-		}
+		return w, err
 	}
 	defer func() {
 		if err != nil {

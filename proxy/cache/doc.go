@@ -18,6 +18,8 @@
 //	               snapshots of all three
 //	disk.go        the disk tier: one self-checking file per large entry,
 //	               the index rebuilt by a scan at start, LRU eviction
+//	diskfill.go    disk fills: an entry's file written as its body arrives,
+//	               committed through Store's checks
 //	entry.go       the versioned cache entry codec
 //	entryage.go    an entry's age and freshness at a time
 //	store.go       fastcache, pieces for large entries, the writer's epoch, snapshots
@@ -38,7 +40,10 @@
 // GetVerifiedOrFile returns its metadata and the open file, for a fresh
 // hit to send the body from the file; GetVerifiedOrStream also returns a
 // large memory entry this process wrote as its metadata and a
-// PieceReader over its body's pieces (piecestream.go). A failing disk (ENOSPC, EIO,
+// PieceReader over its body's pieces (piecestream.go). StartDiskFill
+// writes a disk-bound entry's body into its file as it arrives (proxy's
+// streamed fills), and DiskFill.Store commits it with Store's decisions.
+// A failing disk (ENOSPC, EIO,
 // permissions) makes writes skip it for 30 s (entries go to memory when
 // they fit), logged and counted; reads of a failing file are misses.
 // After a restart the directory is scanned; its entries are kept only
@@ -55,6 +60,6 @@
 //     bytes need.
 //   - Anything that does not decode exactly, or was stored under another
 //     key, is a miss, never a wrong answer.
-//   - Every write goes through Put (or PutDerived, which ends in it): no
-//     caller reads and then writes a key on its own.
+//   - Every write goes through Put (or PutDerived, or DiskFill.Store,
+//     which end in it): no caller reads and then writes a key on its own.
 package cache
