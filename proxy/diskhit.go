@@ -82,8 +82,18 @@ func (p *Proxy) fileLookup(ctx *fasthttp.RequestCtx, rte *route, sc *scratch, e 
 // sc.fileLen bytes: the response's body stream, closed once sent.
 func (p *Proxy) serveFileHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
-	notModified := sc.present&fieldsConditional != 0 && p.notModified(&ctx.Request.Header, e)
+	c := condNone
+	if sc.present&fieldsConditional != 0 {
+		c = p.precondition(&ctx.Request.Header, e)
+	}
+	notModified := c == condNotModified
 	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
+	if c == condFailed {
+		sc.closeFile()
+		preconditionFailed(resp, e, sc, ageSec, ttl, csPrefix)
+		resp.SwapBody(b[:0])
+		return
+	}
 	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
 		writeEntryHeaders(resp, e, notModified)
 		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)

@@ -60,8 +60,10 @@ const (
 	fieldIfNoneMatch
 	fieldIfModSince
 	fieldRange
+	fieldIfMatch
+	fieldIfUnmodSince
 
-	fieldsConditional = fieldIfNoneMatch | fieldIfModSince
+	fieldsConditional = fieldIfNoneMatch | fieldIfModSince | fieldIfMatch | fieldIfUnmodSince
 )
 
 // sanitizeHost is sanitize for a request whose Host the caller has
@@ -104,6 +106,14 @@ func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present
 		case len("If-Modified-Since"):
 			if string(k) == "If-Modified-Since" {
 				present |= fieldIfModSince
+			}
+		case len("If-Match"):
+			if string(k) == "If-Match" {
+				present |= fieldIfMatch
+			}
+		case len("If-Unmodified-Since"):
+			if string(k) == "If-Unmodified-Since" {
+				present |= fieldIfUnmodSince
 			}
 		}
 	}

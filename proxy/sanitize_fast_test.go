@@ -110,7 +110,8 @@ func sanitizeBoth(t *testing.T, raw string, disableNormalizing bool) (got, want 
 		for _, f := range []struct {
 			bit  reqFields
 			name []byte
-		}{{fieldCacheControl, httpx.HCacheControl}, {fieldPragma, httpx.HPragma}, {fieldIfNoneMatch, httpx.HIfNoneMatch}, {fieldIfModSince, httpx.HIfModSince}, {fieldRange, hRange}} {
+		}{{fieldCacheControl, httpx.HCacheControl}, {fieldPragma, httpx.HPragma}, {fieldIfNoneMatch, httpx.HIfNoneMatch}, {fieldIfModSince, httpx.HIfModSince}, {fieldRange, hRange},
+			{fieldIfMatch, httpx.HIfMatch}, {fieldIfUnmodSince, httpx.HIfUnmodSince}} {
 			if len(got.Request.Header.PeekCanonical(f.name)) > 0 && present&f.bit == 0 {
 				t.Fatalf("%q: %s is in the request, sanitize did not mark it", raw, f.name)
 			}
@@ -161,6 +162,7 @@ var sanitizeSeeds = []string{
 	"GET /%61pi/%7e%2f%2F%3a?%61=%2f&b=%%41 HTTP/1.1\r\nHost: example.com\r\n\r\n",
 	"GET /a%2Fb?c=%3D%20 HTTP/1.1\r\nHost: example.com\r\n\r\n",
 	"GET /%%361/%4 HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: example.com\r\nif-match: \"a\"\r\nIf-Unmodified-Since: Tue, 15 Nov 1994 12:45:26 GMT\r\n\r\n",
 }
 
 // sanitizeAgree is the check of TestSanitizeFastPathsAgree, with header
