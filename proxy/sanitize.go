@@ -137,18 +137,19 @@ func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
 		return "path with dot segments or backslashes", 0
 	}
-	normalizeTarget(&ctx.Request)
+	// A target without '%' costs one IndexByte.
+	if t := h.RequestURI(); bytes.IndexByte(t, '%') >= 0 {
+		normalizeTarget(&ctx.Request, t)
+	}
 	return "", present
 }
 
-// normalizeTarget rewrites the request target to its normal
-// percent-encoding (see above) when it is not in it already. A target
-// without '%' is left alone after one IndexByte; one in normal form is
-// read once more and not written.
-func normalizeTarget(req *fasthttp.Request) {
-	t := req.Header.RequestURI()
+// normalizeTarget rewrites req's target t to its normal percent-encoding
+// (see above) when it is not in it already; one in normal form is read
+// once more and not written.
+func normalizeTarget(req *fasthttp.Request, t []byte) {
 	i := bytes.IndexByte(t, '%')
-	if i < 0 || normalEscapes(t[i:]) {
+	if normalEscapes(t[i:]) {
 		return
 	}
 	var buf [256]byte
