@@ -11,7 +11,7 @@ import (
 // (strong comparison), else If-Unmodified-Since, then If-None-Match,
 // else If-Modified-Since — 412 for a false If-Match or
 // If-Unmodified-Since, 304 for a false If-None-Match or
-// If-Modified-Since; an answer that is not 2xx ignores them (§13.2.1).
+// If-Modified-Since; an answer that is not 2xx ignores them (RFC 9110 §13.2.1).
 func TestPreconditionsOnHits(t *testing.T) {
 	const (
 		lm      = "Sun, 06 Nov 1994 08:49:37 GMT"

@@ -581,7 +581,7 @@ const (
 // any stored answer), else If-Unmodified-Since (a Last-Modified later
 // than its date), either false is 412; then If-None-Match (weak
 // comparison), else If-Modified-Since, either false is 304. An answer
-// that is not 2xx ignores them all (§13.2.1); only a 200 is answered
+// that is not 2xx ignores them all (RFC 9110 §13.2.1); only a 200 is answered
 // 304. A client's conditionals never reach the origin on a cache fetch
 // (relay.go), so they are evaluated here on misses too (serveShared).
 func (p *Proxy) precondition(h *fasthttp.RequestHeader, e *cache.Entry) cond {
