@@ -41,6 +41,48 @@ func TestHitKeepsOriginDate(t *testing.T) {
 	}
 }
 
+// TestPreconditionsE2E: RFC 9110 §13.1.1, §13.1.4, §13.2.2 — through
+// the real listener, a cached answer's If-Match (strong comparison, "*")
+// and If-Unmodified-Since are evaluated before If-None-Match: a false one
+// is a 412 with no body and no Cache-Control, true ones fall through to
+// the 200 or 304; the origin is fetched once for all of them.
+func TestPreconditionsE2E(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u := target("/precond", "etag", "1", "lm", "1", "cc", "public, max-age=3600")
+	miss := e.get(u)
+	etag, lm := miss.header.Get("ETag"), miss.header.Get("Last-Modified")
+	modified, err := http.ParseTime(lm)
+	if miss.status != 200 || etag == "" || err != nil {
+		t.Fatalf("miss: %v, ETag %q, Last-Modified %q (%v); want 200 with both validators", miss, etag, lm, err)
+	}
+	earlier := modified.Add(-time.Hour).Format(http.TimeFormat)
+	for _, c := range []struct {
+		hdr  []string
+		want int
+	}{
+		{[]string{"If-Match", etag}, 200},
+		{[]string{"If-Match", `"other", ` + etag}, 200},
+		{[]string{"If-Match", "*"}, 200},
+		{[]string{"If-Match", `"other"`}, 412},
+		{[]string{"If-Match", "W/" + etag}, 412},
+		{[]string{"If-Unmodified-Since", earlier}, 412},
+		{[]string{"If-Unmodified-Since", lm}, 200},
+		{[]string{"If-Match", etag, "If-Unmodified-Since", earlier}, 200},
+		{[]string{"If-Match", etag, "If-None-Match", etag}, 304},
+		{[]string{"If-Match", `"other"`, "If-None-Match", etag}, 412},
+	} {
+		r := e.get(u, c.hdr...)
+		if r.status != c.want || !strings.Contains(r.header.Get("Cache-Status"), "hit") {
+			t.Errorf("GET %q: %v, want a %d hit", c.hdr, r, c.want)
+		}
+		if r.status == 412 && (len(r.body) > 0 || r.header.Get("Cache-Control") != "" || r.header.Get("ETag") != "") {
+			t.Errorf("GET %q: 412 with body %q, Cache-Control %q, ETag %q; want none", c.hdr, r.body, r.header.Get("Cache-Control"), r.header.Get("ETag"))
+		}
+	}
+	e.wantOriginCount("/precond", 1)
+}
+
 // TestTargetedCacheControlE2E: RFC 9213 §2.2 — CDN-Cache-Control gives
 // shield a lifetime the browser-facing Cache-Control denies, and is not
 // forwarded to clients.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/textproto"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,8 +59,9 @@ func (e *env) curl(target string, hdr ...string) result {
 }
 
 // TestEncodedSlashRouted: paths holding %2F (npm scopes, GitLab project
-// ids, object keys) are served like any path — the origin sees the bytes
-// the client sent and each spelling is its own cache entry — while no
+// ids, object keys) are served like any path — the origin sees the
+// client's target in its normal percent-encoding ("%2f" as "%2F"), and
+// "/a%2Fb" and "/a/b" are two cache entries — while no
 // spelling moves a request into or out of a route: "/%61dmin/" is route
 // admin's, and "/admin%2Fx", which an origin decoding %2F would read as
 // "/admin/x", is refused. Dot segments stay refused however spelt.
@@ -72,18 +74,21 @@ func TestEncodedSlashRouted(t *testing.T) {
 			cc.Routes = append([]*config.Route{admin}, cc.Routes...)
 		}))
 	})
-	for _, path := range []string{"/@scope%2fname", "/api/v4/projects/group%2Fproject", "/a%2Fb", "/a/b", "/a%2fb"} {
-		first := e.curl(path)
-		if first.status != http.StatusOK || decode(t, first).URI != path {
-			t.Fatalf("GET %s: %v; want 200 from an origin that saw %s", path, first, path)
+	for _, c := range []struct{ path, origin string }{
+		{"/@scope%2fname", "/@scope%2Fname"}, {"/api/v4/projects/group%2Fproject", "/api/v4/projects/group%2Fproject"},
+		{"/a%2Fb", "/a%2Fb"}, {"/a/b", "/a/b"}, {"/a%2fb", "/a%2Fb"},
+	} {
+		first := e.curl(c.path)
+		if first.status != http.StatusOK || decode(t, first).URI != c.origin {
+			t.Fatalf("GET %s: %v; want 200 from an origin that saw %s", c.path, first, c.origin)
 		}
-		again := e.curl(path)
-		wantHit(t, "GET "+path+" again", again)
-		if decode(t, again).URI != path {
-			t.Errorf("GET %s again: served %s's answer", path, decode(t, again).URI)
+		again := e.curl(c.path)
+		wantHit(t, "GET "+c.path+" again", again)
+		if decode(t, again).URI != c.origin {
+			t.Errorf("GET %s again: served %s's answer", c.path, decode(t, again).URI)
 		}
 	}
-	e.wantOriginCount("/a/b", 3) // "/a%2Fb", "/a/b" and "/a%2fb": one fetch each (its decoded path is /a/b for all)
+	e.wantOriginCount("/a/b", 2) // "/a%2Fb" (also "/a%2fb", its other spelling) and "/a/b": one fetch each (its decoded path is /a/b for all)
 
 	// "/%61dmin/x" is route admin's (cache disabled): two requests, two fetches.
 	for range 2 {
@@ -268,5 +273,41 @@ func TestClientCannotPurgeThroughEdge(t *testing.T) {
 	wantHit(t, owned+" on n2 after the attempts", r)
 	if cs := r.header.Values("Cache-Status"); len(cs) != 1 {
 		t.Errorf("%s on n2: Cache-Status %q, want n2's own hit", owned, cs)
+	}
+}
+
+// TestPurgeReachesEverySpelling: a purge by URL reaches every spelling of
+// the resource (RFC 3986 §6.2.2: encoded unreserved characters and hex
+// case are the same URI). "/%61pi/x", cached, is not served after a purge
+// of "/api/x", nor "/api/x?q=%2f" after a purge of "/%61pi/x?q=%2F";
+// the origin sees the normal form and one fetch serves every spelling.
+func TestPurgeReachesEverySpelling(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, c := range []struct {
+		spellings []string
+		purge     string
+		origin    string
+	}{
+		{[]string{"/%61pi/x", "/api/x", "/api/%78", "/%61%70%69/%78"}, "/api/x", "/api/x"},
+		{[]string{"/api/x?q=%2f", "/%61pi/%78?%71=%2F"}, "/%61pi/x?q=%2F", "/api/x?q=%2F"},
+	} {
+		first := e.curl(c.spellings[0])
+		if first.status != http.StatusOK || decode(t, first).URI != c.origin {
+			t.Fatalf("GET %s: %v; want 200 from an origin that saw %s", c.spellings[0], first, c.origin)
+		}
+		for _, s := range c.spellings {
+			r := e.curl(s)
+			wantHit(t, "GET "+s, r)
+			if decode(t, r).N != decode(t, first).N {
+				t.Fatalf("GET %s: n=%d, want the cached n=%d (one resource)", s, decode(t, r).N, decode(t, first).N)
+			}
+		}
+		e.purge("url="+url.QueryEscape(e.absURL(c.purge)), http.StatusOK)
+		for _, s := range c.spellings {
+			if r := e.curl(s); r.status != http.StatusOK || decode(t, r).N == decode(t, first).N {
+				t.Errorf("GET %s after purging %s: %v, n=%d: the purged answer", s, c.purge, r, decode(t, r).N)
+			}
+		}
 	}
 }

@@ -63,6 +63,26 @@ func TestNotModifiedHitAllocs(t *testing.T) {
 	}
 }
 
+// TestPreconditionFailedHitAllocs: a hit that If-Match (or
+// If-Unmodified-Since) rules out is a 412 from cache, as cheap as a 304.
+func TestPreconditionFailedHitAllocs(t *testing.T) {
+	p, _ := warmHit(t, false)
+	for _, hdr := range []string{`If-Match: "other"`, `If-Match: W/"abc123"`} {
+		ctx := get(t, "/hit?id=42", hdr)
+		h := p.Handler()
+		allocs := testing.AllocsPerRun(1000, func() {
+			ctx.Response.Reset()
+			h(ctx)
+		})
+		if ctx.Response.StatusCode() != 412 {
+			t.Fatalf("%s: status = %d, want 412", hdr, ctx.Response.StatusCode())
+		}
+		if allocs != 0 {
+			t.Errorf("%s: 412 HIT = %v allocs/op, want 0", hdr, allocs)
+		}
+	}
+}
+
 // TestHitAllocsInMemoryServer counts every allocation in the process for
 // a GET answered from cache through a real fasthttp.Server and Client on
 // an in-memory listener: server, handler and client together allocate

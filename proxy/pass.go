@@ -70,7 +70,7 @@ func (p *Proxy) invalidateRelated(ctx *fasthttp.RequestCtx, rt *runtimeConfig, t
 		if err := u.Parse(nil, []byte(base)); err == nil {
 			u.UpdateBytes(v)
 		}
-		target := string(u.RequestURI())
+		target := normalTarget(string(u.RequestURI())) // as sanitize spells a request's
 		same := strings.EqualFold(string(u.Host()), host) && string(u.Scheme())+"://" == scheme
 		fasthttp.ReleaseURI(u)
 		if !same || target == string(ctx.Request.Header.RequestURI()) {

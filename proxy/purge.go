@@ -114,7 +114,10 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return PurgeResult{}, fmt.Errorf("%w: url must be absolute http(s), got %q", errPurge, raw)
 	}
-	path := u.EscapedPath()
+	// The normal percent-encoding, as sanitize gives every request
+	// (sanitize.go): "/%61pi/x" and "/api/x" are one resource, and a
+	// purge of either reaches the entry both are served from.
+	path := normalTarget(u.EscapedPath())
 	if path == "" {
 		path = "/"
 	}
@@ -134,7 +137,7 @@ func (p *Proxy) purgeURL(raw, tenant string, soft bool) (PurgeResult, error) {
 		Scheme:    []byte(u.Scheme),
 		Host:      []byte(u.Host),
 		Path:      []byte(path),
-		Query:     []byte(u.RawQuery),
+		Query:     []byte(normalTarget(u.RawQuery)),
 	}
 	if rte.scoped {
 		parts.Tenant = tid

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 
@@ -25,7 +26,20 @@ import (
 //     backslashes (plain or encoded) are 400: an origin that resolves
 //     them would serve another path than the one routed and keyed
 //     ("/public/../private/me"). Encoded slashes are ordinary: they are
-//     routed, keyed and forwarded as sent (cleanPath, routing's path.go).
+//     routed, keyed and forwarded as encoded slashes (cleanPath, routing's
+//     path.go).
+//   - The target's percent-encoding is put in its normal form (RFC 3986
+//     §6.2.2.1-2): escapes of unreserved characters (ALPHA, DIGIT, "-",
+//     ".", "_", "~") are decoded, every other escape keeps its octet
+//     encoded with upper-case hex digits ("%2f" is "%2F"; %2F, %25 and all
+//     reserved characters stay encoded), and a '%' that starts no escape
+//     is written %25, as routing reads it. "/%61pi/%78" is "/api/x": one
+//     resource, one cache entry, one purge (purge.go normalises the URL it
+//     is given the same way), and the origin is sent the normal form, so
+//     what is stored is exactly the origin's answer for the target keyed
+//     (an origin telling "%2f" from "%2F" apart cannot give one spelling's
+//     answer to the other). Path and query alike: the key holds the query
+//     as sent (cachekey), so "?%61=1" is "?a=1".
 
 // sanitize applies the rules above; msg is non-empty when the request
 // must be refused. It does not allocate for ordinary requests.
@@ -46,11 +60,13 @@ const (
 	fieldIfNoneMatch
 	fieldIfModSince
 	fieldRange
+	fieldIfMatch
+	fieldIfUnmodSince
 	// hostPlain is no field: Host is its own canonical form (plainValidHost
 	// or cachekey.PlainHost said so), so the key takes it as it is.
 	hostPlain
 
-	fieldsConditional = fieldIfNoneMatch | fieldIfModSince
+	fieldsConditional = fieldIfNoneMatch | fieldIfModSince | fieldIfMatch | fieldIfUnmodSince
 )
 
 // sanitizeHost is sanitize for a request whose Host the caller has
@@ -94,6 +110,14 @@ func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present
 			if string(k) == "If-Modified-Since" {
 				present |= fieldIfModSince
 			}
+		case len("If-Match"):
+			if string(k) == "If-Match" {
+				present |= fieldIfMatch
+			}
+		case len("If-Unmodified-Since"):
+			if string(k) == "If-Unmodified-Since" {
+				present |= fieldIfUnmodSince
+			}
 		}
 	}
 	if len(conn) > 0 && nominatesFields(conn) {
@@ -116,8 +140,119 @@ func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present
 	if !cleanPath(ctx.Request.URI().PathOriginal()) {
 		return "path with dot segments or backslashes", 0
 	}
+	// A target without '%' costs one IndexByte.
+	if t := h.RequestURI(); bytes.IndexByte(t, '%') >= 0 {
+		normalizeTarget(&ctx.Request, t)
+	}
 	return "", present
 }
+
+// normalizeTarget rewrites req's target t to its normal percent-encoding
+// (see above) when it is not in it already; one in normal form is read
+// once more and not written.
+func normalizeTarget(req *fasthttp.Request, t []byte) {
+	i := bytes.IndexByte(t, '%')
+	if normalEscapes(t[i:]) {
+		return
+	}
+	var buf [256]byte
+	req.SetRequestURIBytes(appendNormalEscapes(append(buf[:0], t[:i]...), t[i:]))
+}
+
+// normalTarget is normalizeTarget for a target (or a path, or a query)
+// held in a string.
+func normalTarget(s string) string {
+	i := strings.IndexByte(s, '%')
+	if i < 0 || normalEscapes([]byte(s[i:])) {
+		return s
+	}
+	return string(appendNormalEscapes([]byte(s[:i]), []byte(s[i:])))
+}
+
+// normalEscapes reports whether every '%' of b starts an escape with
+// upper-case hex digits of an octet that is not unreserved: b is its own
+// normal form.
+func normalEscapes(b []byte) bool {
+	for i := bytes.IndexByte(b, '%'); i >= 0; i = bytes.IndexByte(b, '%') {
+		if i+2 >= len(b) || !upperHexDigit(b[i+1]) || !upperHexDigit(b[i+2]) ||
+			unreserved[unhexUpper(b[i+1])<<4|unhexUpper(b[i+2])] {
+			return false
+		}
+		b = b[i+3:]
+	}
+	return true
+}
+
+// appendNormalEscapes appends the normal form of b to dst: unreserved
+// characters decoded, other escapes with upper-case hex digits, a '%'
+// that starts no escape written %25 (so that the form is idempotent:
+// "%%361" is "%2561", not "%61").
+func appendNormalEscapes(dst, b []byte) []byte {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '%' {
+			dst = append(dst, c)
+			continue
+		}
+		hi, ok1 := hexVal(b, i+1)
+		lo, ok2 := hexVal(b, i+2)
+		switch d := hi<<4 | lo; {
+		case !ok1 || !ok2:
+			dst = append(dst, "%25"...)
+			continue
+		case unreserved[d]:
+			dst = append(dst, d)
+		default:
+			dst = append(dst, '%', hexUpper[hi], hexUpper[lo])
+		}
+		i += 2
+	}
+	return dst
+}
+
+const hexUpper = "0123456789ABCDEF"
+
+// hexVal is the value of the hex digit b[i]; ok is false past the end
+// or for a byte that is not one.
+func hexVal(b []byte, i int) (v byte, ok bool) {
+	if i >= len(b) {
+		return 0, false
+	}
+	switch c := b[i]; {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+func upperHexDigit(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' }
+
+// unhexUpper is the value of an upper-case hex digit.
+func unhexUpper(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'A' + 10
+}
+
+// unreserved marks RFC 3986's unreserved characters.
+var unreserved = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "-._~" {
+		t[c] = true
+	}
+	return t
+}()
 
 // canonicalizeHost rewrites Host to its canonical form when that
 // differs and is not empty.

@@ -3,6 +3,8 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -46,7 +48,35 @@ func sanitizeReference(ctx *fasthttp.RequestCtx) (msg string) {
 	if !cleanPathFull(ctx.Request.URI().PathOriginal()) {
 		return "path with dot segments or backslashes"
 	}
+	if t := string(h.RequestURI()); strings.Contains(t, "%") {
+		ctx.Request.SetRequestURI(referenceNormal(t))
+	}
 	return ""
+}
+
+// referenceNormal is the normal percent-encoding of RFC 3986 §6.2.2.1-2,
+// written plainly: unreserved characters decoded, other escapes upper
+// case, a '%' that starts no escape written %25.
+func referenceNormal(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		v, err := strconv.ParseUint(s[i+1:min(i+3, len(s))], 16, 8)
+		if i+3 > len(s) || err != nil || strings.ContainsAny(s[i+1:i+3], "+-") {
+			b.WriteString("%25")
+			continue
+		}
+		if c := byte(v); 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+		i += 2
+	}
+	return b.String()
 }
 
 // sanitizeBoth parses raw twice and sanitizes one copy with sanitize,
@@ -80,7 +110,8 @@ func sanitizeBoth(t *testing.T, raw string, disableNormalizing bool) (got, want 
 		for _, f := range []struct {
 			bit  reqFields
 			name []byte
-		}{{fieldCacheControl, httpx.HCacheControl}, {fieldPragma, httpx.HPragma}, {fieldIfNoneMatch, httpx.HIfNoneMatch}, {fieldIfModSince, httpx.HIfModSince}, {fieldRange, hRange}} {
+		}{{fieldCacheControl, httpx.HCacheControl}, {fieldPragma, httpx.HPragma}, {fieldIfNoneMatch, httpx.HIfNoneMatch}, {fieldIfModSince, httpx.HIfModSince}, {fieldRange, hRange},
+			{fieldIfMatch, httpx.HIfMatch}, {fieldIfUnmodSince, httpx.HIfUnmodSince}} {
 			if len(got.Request.Header.PeekCanonical(f.name)) > 0 && present&f.bit == 0 {
 				t.Fatalf("%q: %s is in the request, sanitize did not mark it", raw, f.name)
 			}
@@ -128,6 +159,10 @@ var sanitizeSeeds = []string{
 	"GET / HTTP/1.1\r\nHost: example.com\r\nCache-Control: no-cache\r\nPragma: no-cache\r\nRange: bytes=0-1\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: example.com\r\nif-none-match: \"a\"\r\nIF-MODIFIED-SINCE: Tue, 15 Nov 1994 12:45:26 GMT\r\n\r\n",
 	"GET / HTTP/1.1\r\nHost: example.com\r\nConnection: Range\r\nRange: bytes=0-1\r\ncache-control: max-age=0\r\n\r\n",
+	"GET /%61pi/%7e%2f%2F%3a?%61=%2f&b=%%41 HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	"GET /a%2Fb?c=%3D%20 HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	"GET /%%361/%4 HTTP/1.1\r\nHost: example.com\r\n\r\n",
+	"GET / HTTP/1.1\r\nHost: example.com\r\nif-match: \"a\"\r\nIf-Unmodified-Since: Tue, 15 Nov 1994 12:45:26 GMT\r\n\r\n",
 }
 
 // sanitizeAgree is the check of TestSanitizeFastPathsAgree, with header

@@ -493,11 +493,20 @@ var (
 // serveHit answers from a fresh entry decoded from b, which is the
 // response's own body buffer: the body goes back with SwapBody, so a hit
 // copies headers only. Client conditionals are answered here (RFC 9110
-// §13.1): If-None-Match wins over If-Modified-Since.
+// §13.2.2, precondition).
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
-	notModified := sc.present&fieldsConditional != 0 && p.notModified(&ctx.Request.Header, e)
+	cond := condNone
+	if sc.present&fieldsConditional != 0 {
+		cond = p.precondition(&ctx.Request.Header, e)
+	}
+	notModified := cond == condNotModified
 	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
+	if cond == condFailed {
+		preconditionFailed(resp, e, sc, ageSec, ttl, csPrefix)
+		resp.SwapBody(b[:0])
+		return
+	}
 	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
 		writeEntryHeaders(resp, e, notModified)
 		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
@@ -565,18 +574,70 @@ func parsePeerTags(v []byte) (seq int64, tags []byte, ok bool) {
 	return int64(binary.BigEndian.Uint64(b)), b[8:], true
 }
 
-// notModified evaluates the client's conditional headers against e.
-func (p *Proxy) notModified(h *fasthttp.RequestHeader, e *cache.Entry) bool {
+// cond is what a request's conditional fields make of a stored answer.
+type cond uint8
+
+const (
+	condNone        cond = iota // serve it
+	condNotModified             // 304 Not Modified
+	condFailed                  // 412 Precondition Failed
+)
+
+// precondition evaluates the client's conditional fields against e in
+// RFC 9110 §13.2.2's order: If-Match (strong comparison, "*" matches
+// any stored answer), else If-Unmodified-Since (a Last-Modified later
+// than its date), either false is 412; then If-None-Match (weak
+// comparison), else If-Modified-Since, either false is 304. An answer
+// that is not 2xx ignores them all (RFC 9110 §13.2.1); only a 200 is answered
+// 304. A client's conditionals never reach the origin on a cache fetch
+// (relay.go), so they are evaluated here on misses too (serveShared).
+func (p *Proxy) precondition(h *fasthttp.RequestHeader, e *cache.Entry) cond {
+	if e.Status < 200 || e.Status > 299 {
+		return condNone
+	}
+	if im := h.PeekCanonical(httpx.HIfMatch); len(im) > 0 {
+		if !stale.ETagMatchStrong(im, e.ETag) {
+			return condFailed
+		}
+	} else if ius := h.PeekCanonical(httpx.HIfUnmodSince); len(ius) > 0 && stale.ModifiedSince(ius, e.LastModified) {
+		return condFailed
+	}
 	if e.Status != fasthttp.StatusOK {
-		return false
+		return condNone
 	}
 	if inm := h.PeekCanonical(httpx.HIfNoneMatch); len(inm) > 0 {
-		return len(e.ETag) > 0 && stale.ETagMatch(inm, e.ETag)
+		if len(e.ETag) > 0 && stale.ETagMatch(inm, e.ETag) {
+			return condNotModified
+		}
+		return condNone
 	}
-	if ims := h.PeekCanonical(httpx.HIfModSince); len(ims) > 0 {
-		return len(e.LastModified) > 0 && stale.NotModifiedSince(ims, e.LastModified)
+	if ims := h.PeekCanonical(httpx.HIfModSince); len(ims) > 0 && len(e.LastModified) > 0 && stale.NotModifiedSince(ims, e.LastModified) {
+		return condNotModified
 	}
-	return false
+	return condNone
+}
+
+// preconditionFailed makes resp shield's 412 for a stored answer e a
+// precondition ruled out: no body and none of the stored fields but Date
+// (a Cache-Control of the entry would let a downstream cache store the
+// 412 for everybody), Age and Cache-Status as for a hit.
+func preconditionFailed(resp *fasthttp.Response, e *cache.Entry, sc *scratch, ageSec, ttl int64, csPrefix []byte) {
+	setStoredDate(resp, e)
+	resp.SetStatusCode(fasthttp.StatusPreconditionFailed)
+	stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
+}
+
+// setStoredDate gives resp e's stored Date, as a hit carries it (setting
+// it resets the header, see httpx.SetDate: call it first).
+func setStoredDate(resp *fasthttp.Response, e *cache.Entry) {
+	it := e.Headers()
+	for k, ok := it.Next(); ok; k, ok = it.Next() {
+		v, _ := it.Next()
+		if bytes.Equal(k, httpx.HDate) {
+			httpx.SetDate(&resp.Header, v)
+			return
+		}
+	}
 }
 
 // writeEntryHeaders sets status and stored headers; for a 304 only the
@@ -616,7 +677,15 @@ func writeEntryHeaders(resp *fasthttp.Response, e *cache.Entry, notModified bool
 // are shared with other waiters, so the body is copied, never swapped in.
 func (p *Proxy) serveShared(ctx *fasthttp.RequestCtx, e *cache.Entry, age time.Duration, cs cacheStatus) {
 	resp := &ctx.Response
-	notModified := p.notModified(&ctx.Request.Header, e)
+	c := p.precondition(&ctx.Request.Header, e)
+	if c == condFailed {
+		setStoredDate(resp, e)
+		resp.SetStatusCode(fasthttp.StatusPreconditionFailed)
+		resp.Header.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
+		cs.set(&resp.Header)
+		return
+	}
+	notModified := c == condNotModified
 	writeEntryHeaders(resp, e, notModified)
 	resp.Header.Set("Age", strconv.FormatInt(int64(age/time.Second), 10))
 	cs.set(&resp.Header)

@@ -24,6 +24,8 @@ func TestHotPathAllocs(t *testing.T) {
 		{"Classify", func() { sinkState = Classify(70*time.Second, 60*time.Second, 30*time.Second, 0, &d) }},
 		{"ETagMatch", func() { sinkBool = ETagMatch(benchINM, benchETag) }},
 		{"NotModifiedSince", func() { sinkBool = NotModifiedSince(benchDate, benchDate) }},
+		{"ETagMatchStrong", func() { sinkBool = ETagMatchStrong(benchINM, benchETag) }},
+		{"ModifiedSince", func() { sinkBool = ModifiedSince(benchDate, benchDate) }},
 		{"CurrentAge", func() { sinkDuration = CurrentAge(time.Second, stored, stored.Add(time.Minute)) }},
 		{"ParseAge", func() { sinkDuration, sinkBool = ParseAge([]byte("60")) }},
 		{"AppendAge", func() { buf = AppendAge(buf[:0], time.Minute) }},

@@ -7,9 +7,28 @@ package stale
 // matches, nor does a malformed or missing stored ETag. It allocates nothing.
 // Call it only for GET and HEAD requests you hold a stored response for.
 func ETagMatch(ifNoneMatch, etag []byte) bool {
-	inm := trimOWS(ifNoneMatch)
+	return etagListMatch(ifNoneMatch, etag, false)
+}
+
+// ETagMatchStrong reports whether an If-Match field value matches the
+// stored response's ETag under the strong comparison (RFC 9110 §8.8.3.2,
+// §13.1.1): "*" matches any stored response; otherwise a member matches
+// only when neither it nor the stored ETag is weak (W/"x" never matches)
+// and their opaque-tags are identical. A malformed member never matches,
+// nor does a malformed or missing stored ETag, so a false answer is a
+// false precondition (412). It allocates nothing.
+func ETagMatchStrong(ifMatch, etag []byte) bool {
+	return etagListMatch(ifMatch, etag, true)
+}
+
+// etagListMatch is ETagMatch (weak comparison) or ETagMatchStrong.
+func etagListMatch(list, etag []byte, strong bool) bool {
+	inm := trimOWS(list)
 	if len(inm) == 1 && inm[0] == '*' {
 		return true
+	}
+	if t := trimOWS(etag); strong && len(t) >= 2 && t[0] == 'W' && t[1] == '/' {
+		return false
 	}
 	stored, ok := opaqueTag(etag)
 	if !ok {
@@ -19,8 +38,10 @@ func ETagMatch(ifNoneMatch, etag []byte) bool {
 		for i < len(inm) && (inm[i] == ' ' || inm[i] == '\t' || inm[i] == ',') {
 			i++
 		}
+		weak := false
 		if i+1 < len(inm) && inm[i] == 'W' && inm[i+1] == '/' {
 			i += 2
+			weak = true
 		}
 		if i < len(inm) && inm[i] == '"' {
 			end := i + 1
@@ -35,7 +56,7 @@ func ETagMatch(ifNoneMatch, etag []byte) bool {
 			for i < len(inm) && (inm[i] == ' ' || inm[i] == '\t') {
 				i++
 			}
-			if (i == len(inm) || inm[i] == ',') && string(tag) == string(stored) {
+			if (i == len(inm) || inm[i] == ',') && string(tag) == string(stored) && !(strong && weak) {
 				return true
 			}
 		}
@@ -80,6 +101,22 @@ func NotModifiedSince(ifModifiedSince, lastModified []byte) bool {
 	}
 	lm, ok := ParseHTTPDate(lastModified)
 	return ok && !lm.After(since)
+}
+
+// ModifiedSince reports whether the stored Last-Modified is later than an
+// If-Unmodified-Since date (RFC 9110 §13.1.4): the precondition is false
+// (412). An invalid date on either side — a list of dates too — or no
+// Last-Modified is false: the field is ignored. It allocates nothing.
+//
+// RFC 9110 §13.1.4 ignores If-Unmodified-Since when If-Match is present;
+// the caller applies that rule.
+func ModifiedSince(ifUnmodifiedSince, lastModified []byte) bool {
+	since, ok := ParseHTTPDate(ifUnmodifiedSince)
+	if !ok {
+		return false
+	}
+	lm, ok := ParseHTTPDate(lastModified)
+	return ok && lm.After(since)
 }
 
 // NotModified evaluates a GET or HEAD request's If-None-Match and

@@ -37,6 +37,58 @@ func TestETagMatch(t *testing.T) {
 	}
 }
 
+func TestETagMatchStrong(t *testing.T) {
+	tests := []struct {
+		name, im, etag string
+		want           bool
+	}{
+		{"strong = strong §8.8.3.2", `"abc"`, `"abc"`, true},
+		{"W/ on the request never matches §8.8.3.2", `W/"abc"`, `"abc"`, false},
+		{"W/ on the stored never matches §8.8.3.2", `"abc"`, `W/"abc"`, false},
+		{"weak both never match §8.8.3.2", `W/"abc"`, `W/"abc"`, false},
+		{"different tags §13.1.1", `"abc"`, `"abd"`, false},
+		{"list §13.1.1", `"x", W/"abc" ,"abc"`, `"abc"`, true},
+		{"list of weak members only §13.1.1", `W/"x", W/"abc"`, `"abc"`, false},
+		{"list without match §13.1.1", `"x", "y"`, `"abc"`, false},
+		{"star §13.1.1", `*`, `"abc"`, true},
+		{"star matches a stored response without ETag §13.1.1", `*`, ``, true},
+		{"star matches a weak stored ETag §13.1.1", `*`, `W/"abc"`, true},
+		{"no stored ETag §13.1.1", `"abc"`, ``, false},
+		{"lower-case w/ is not weak, and not a tag", `w/"abc"`, `"abc"`, false},
+		{"unterminated", `"abc`, `"abc"`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ETagMatchStrong([]byte(tt.im), []byte(tt.etag)); got != tt.want {
+				t.Errorf("ETagMatchStrong(%q, %q) = %v, want %v", tt.im, tt.etag, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestModifiedSince(t *testing.T) {
+	const lm = "Sun, 06 Nov 1994 08:49:37 GMT"
+	tests := []struct {
+		name, ius, lm string
+		want          bool
+	}{
+		{"same date: not modified §13.1.4", lm, lm, false},
+		{"later IUS: not modified §13.1.4", "Mon, 07 Nov 1994 08:49:37 GMT", lm, false},
+		{"earlier IUS: modified §13.1.4", "Sat, 05 Nov 1994 08:49:37 GMT", lm, true},
+		{"obsolete format IUS §5.6.7", "Saturday, 05-Nov-94 08:49:37 GMT", lm, true},
+		{"invalid IUS is ignored §13.1.4", "yesterday", lm, false},
+		{"a list of dates is ignored §13.1.4", "Sat, 05 Nov 1994 08:49:37 GMT, Sat, 05 Nov 1994 08:49:37 GMT", lm, false},
+		{"no Last-Modified", "Sat, 05 Nov 1994 08:49:37 GMT", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ModifiedSince([]byte(tt.ius), []byte(tt.lm)); got != tt.want {
+				t.Errorf("ModifiedSince(%q, %q) = %v, want %v", tt.ius, tt.lm, got, tt.want)
+			}
+		})
+	}
+}
+
 func TestNotModifiedSince(t *testing.T) {
 	const lm = "Sun, 06 Nov 1994 08:49:37 GMT"
 	tests := []struct {

@@ -11,7 +11,7 @@
 // time.Time instants (never fasthttp types, never the wall clock), so the
 // proxy extracts values from its own request objects and tests drive fixed
 // instants. The functions used on a cache hit ([Directives.Parse],
-// [ParseHTTPDate], [Classify], [ETagMatch], [NotModifiedSince], [ParseAge],
+// [ParseHTTPDate], [Classify], [ETagMatch], [ETagMatchStrong], [NotModifiedSince], [ModifiedSince], [ParseAge],
 // [AppendAge], [TTL]) allocate nothing; alloc_test.go asserts it.
 //
 // # Invariants
