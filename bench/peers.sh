@@ -5,8 +5,11 @@
 #   - throughput runs with wrk -t2 -c64, interleaved (origin shield varnish
 #     nginx, origin shield ...), ROUNDS rounds, medians reported:
 #       1 KiB hit (req/s, p99, CPU per request of the target's own
-#       processes), 100 KiB hit (req/s, MB/s of body), 10,000 warm keys
-#       cycled by bench/keys.lua;
+#       processes), 100 KiB hit (req/s, MB/s of body, CPU per request),
+#       10,000 warm keys cycled by bench/keys.lua; and a 10 MiB hit (req/s,
+#       MB/s of body, CPU per request) with wrk -t2 -c8 (LARGE_CONNS): 64
+#       connections each pulling 10 MiB would measure the socket buffers
+#       and the scheduler rather than the cache;
 #   - miss collapsing: 200 requests released at once for one cold key whose
 #     origin answer takes 200 ms: origin requests and wall time, against
 #     the same 200 requests sent to the origin itself;
@@ -28,7 +31,8 @@
 # ratios and writes it to bench/results/<date>.md. Everything it starts is
 # killed by PID on exit, failure or interrupt.
 #
-# Env: ROUNDS (3), DURATION (5s), CONNS (64), THREADS (2), KEYS (10000),
+# Env: ROUNDS (3), DURATION (5s), CONNS (64), LARGE_CONNS (8: the 10 MiB
+# hit's connections), THREADS (2), KEYS (10000),
 # PORT_BASE (19100: uses PORT_BASE..PORT_BASE+29), CLUSTER (1; 0 skips it),
 # CLUSTER_KEYS (1500 keys sorted by owner), MAX_SECONDS (2400: watchdog),
 # ECONOMICS (1; 0 skips the cluster-economics run of bench/economics.sh,
@@ -36,6 +40,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-3} duration=${DURATION:-5s} conns=${CONNS:-64} threads=${THREADS:-2}
+large_conns=${LARGE_CONNS:-8}
 keys=${KEYS:-10000} base=${PORT_BASE:-19100} with_cluster=${CLUSTER:-1}
 origin_port=$base shield_port=$((base + 1)) shield_admin=$((base + 2))
 varnish_port=$((base + 3)) nginx_port=$((base + 4))
@@ -127,7 +132,7 @@ shield_yaml() { # listen admin [extra yaml]
 listen: $1
 admin: { listen: $2 }
 log: { level: warn }
-cache: { size: 256MiB, max_object_size: 1MiB }
+cache: { size: 256MiB, max_object_size: 16MiB }
 origins:
   bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
 routes:
@@ -186,10 +191,13 @@ cpu_ticks() { # utime+stime of a process tree, in clock ticks
 # ---- warm ----------------------------------------------------------------
 obj1k=/obj/1k?size=1024
 obj100k=/obj/100k?size=102400
-log "warming the caches (2 objects + $keys keys each)"
+size10m=$((10 << 20))
+obj10m=/obj/10m?size=$size10m
+log "warming the caches (3 objects + $keys keys each)"
 for t in shield varnish nginx; do
 	curl -fsS -m 5 -o /dev/null "${url[$t]}$obj1k"
 	curl -fsS -m 5 -o /dev/null "${url[$t]}$obj100k"
+	curl -fsS -m 10 -o /dev/null "${url[$t]}$obj10m"
 	bin/bench-client warm -url "${url[$t]}/k/%d?size=1024" -keys "$keys" -c 32
 done
 sleep 1 # nginx renames its temp files into the cache after answering
@@ -197,6 +205,9 @@ before=$(origin_total)
 for t in shield varnish nginx; do
 	curl -fsS -m 5 -o /dev/null "${url[$t]}$obj1k"
 	curl -fsS -m 5 -o /dev/null "${url[$t]}$obj100k"
+	# The whole 10 MiB must come back, not a truncated or streamed-off copy.
+	got=$(curl -fsS -m 10 -o /dev/null -w '%{size_download}' "${url[$t]}$obj10m")
+	[ "$got" = "$size10m" ] || die "$t answered $got bytes for the 10 MiB object"
 done
 [ "$(origin_total)" = "$before" ] || die "a warm object reached the origin again: not cached"
 
@@ -205,9 +216,10 @@ declare -A R=() # R[target,test,round,field]
 to_us() { # wrk latency (12.3us, 1.2ms, 1.0s) -> microseconds
 	awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) m = 1; else if (v ~ /ms$/) m = 1000; else if (v ~ /m$/) m = 6e7; else m = 1e6; printf "%.0f", n * m }'
 }
+declare -A test_conns=([hit10m]=$large_conns) # tests not run with CONNS
 run_wrk() { # target test round path [lua]
 	local t=$1 test=$2 r=$3 path=$4 lua=${5:-} out=$tmp/wrk.out
-	local args=(-t"$threads" -c"$conns" -d"$duration" --timeout 5s --latency)
+	local args=(-t"$threads" -c"${test_conns[$test]:-$conns}" -d"$duration" --timeout 5s --latency)
 	[ -n "$lua" ] && args+=(-s "$lua")
 	local o0 c0 c1 o1
 	o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
@@ -229,6 +241,7 @@ export BENCH_KEYS=$keys # read by bench/keys.lua
 for r in $(seq "$rounds"); do
 	for t in "${targets[@]}"; do run_wrk "$t" hit1k "$r" "$obj1k"; done
 	for t in "${targets[@]}"; do run_wrk "$t" hit100k "$r" "$obj100k"; done
+	for t in "${targets[@]}"; do run_wrk "$t" hit10m "$r" "$obj10m"; done
 	for t in "${targets[@]}"; do run_wrk "$t" keys10k "$r" / bench/keys.lua; done
 done
 
@@ -358,10 +371,14 @@ coll() { # target field: median over rounds (origin: the largest count)
 	for r in $(seq "$rounds"); do v+=("${C[$1,$r,$2]}"); done
 	if [ "$2" = origin ]; then printf '%s\n' "${v[@]}" | sort -g | tail -1; else median "${v[@]}"; fi
 }
+fmt() { awk -v v="$1" 'BEGIN { printf "%.0f", v }'; }
+mbs() { awk -v r="$1" -v s="$2" 'BEGIN { printf "%.0f", r * s / 1e6 }'; } # req/s bytes: MB/s of body
 declare -A M=()
 for t in "${targets[@]}"; do
 	M[$t,rps1k]=$(med "$t" hit1k rps) M[$t,p99]=$(med "$t" hit1k p99) M[$t,cpu]=$(cpu_per_req "$t" hit1k)
 	M[$t,rps100k]=$(med "$t" hit100k rps) M[$t,rps10k]=$(med "$t" keys10k rps) M[$t,cpu100k]=$(cpu_per_req "$t" hit100k)
+	M[$t,rps10m]=$(med "$t" hit10m rps) M[$t,cpu10m]=$(cpu_per_req "$t" hit10m)
+	M[$t,mbs10m]=$(mbs "${M[$t,rps10m]}" "$size10m")
 	M[$t,corigin]=$(coll "$t" origin) M[$t,cwall]=$(coll "$t" wall)
 done
 minratio() { # a b test: the smallest a/b req/s ratio over the rounds
@@ -369,7 +386,6 @@ minratio() { # a b test: the smallest a/b req/s ratio over the rounds
 	for r in $(seq "$rounds"); do v+=("$(ratio "${R[$1,$3,$r,rps]}" "${R[$2,$3,$r,rps]}")"); done
 	printf '%s\n' "${v[@]}" | sort -g | head -1
 }
-fmt() { awk -v v="$1" 'BEGIN { printf "%.0f", v }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 check() { # description value op limit
 	if awk -v v="$2" -v l="$4" -v op="$3" 'BEGIN { exit !((op == ">=" && v >= l) || (op == "<=" && v <= l) || (op == "==" && v == l)) }'; then
@@ -382,24 +398,28 @@ report=$tmp/report.md
 {
 	echo "## make bench-peers — $(date +%F), nproc $(nproc), load average at start $load0"
 	echo
-	echo "wrk -t$threads -c$conns -d$duration, $rounds interleaved rounds (medians); $(uname -r);" \
+	echo "wrk -t$threads -c$conns -d$duration (10 MiB hit: -c$large_conns), $rounds interleaved rounds (medians); $(uname -r);" \
 		"$(varnishd -V 2>&1 | head -1 | sed 's/.*(\(varnish-[0-9.]*\).*/\1/'), nginx $(nginx -v 2>&1 | sed 's|.*/||'), $(bin/shield -version 2>/dev/null | head -1)."
 	echo
-	echo "| target | 1 KiB hit req/s | 1 KiB p99 µs | CPU µs/req (1 KiB) | 100 KiB hit req/s | 100 KiB MB/s | CPU µs/req (100 KiB) | $keys keys req/s | collapse: origin reqs | collapse: wall ms | stale-if-error |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| target | 1 KiB hit req/s | 1 KiB p99 µs | CPU µs/req (1 KiB) | 100 KiB hit req/s | 100 KiB MB/s | CPU µs/req (100 KiB) | 10 MiB hit req/s | 10 MiB MB/s | CPU µs/req (10 MiB) | $keys keys req/s | collapse: origin reqs | collapse: wall ms | stale-if-error |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for t in "${targets[@]}"; do
 		name=$t
 		[ "$t" = origin ] && name="bare origin (ceiling)"
 		echo "| $name | $(fmt "${M[$t,rps1k]}") | ${M[$t,p99]} | ${M[$t,cpu]} | $(fmt "${M[$t,rps100k]}") |" \
-			"$(awk -v r="${M[$t,rps100k]}" 'BEGIN { printf "%.0f", r * 102400 / 1e6 }') | ${M[$t,cpu100k]} | $(fmt "${M[$t,rps10k]}") |" \
+			"$(mbs "${M[$t,rps100k]}" 102400) | ${M[$t,cpu100k]} |" \
+			"$(awk -v v="${M[$t,rps10m]}" 'BEGIN { printf "%.1f", v }') | ${M[$t,mbs10m]} | ${M[$t,cpu10m]} | $(fmt "${M[$t,rps10k]}") |" \
 			"${M[$t,corigin]} | ${M[$t,cwall]} | ${S[$t]} |"
 	done
 	echo
-	echo "| ratio | 1 KiB req/s | 1 KiB p99 | CPU/req | 100 KiB req/s | $keys keys req/s |"
-	echo "|---|---|---|---|---|---|"
+	echo "| ratio | 1 KiB req/s | 1 KiB p99 | CPU/req | 100 KiB req/s | 100 KiB CPU/req | 10 MiB MB/s | 10 MiB CPU/req | $keys keys req/s |"
+	echo "|---|---|---|---|---|---|---|---|---|"
 	for o in varnish nginx origin; do
 		echo "| shield/$o | $(ratio "${M[shield,rps1k]}" "${M[$o,rps1k]}") | $(ratio "${M[shield,p99]}" "${M[$o,p99]}") |" \
-			"$(ratio "${M[shield,cpu]}" "${M[$o,cpu]}") | $(ratio "${M[shield,rps100k]}" "${M[$o,rps100k]}") | $(ratio "${M[shield,rps10k]}" "${M[$o,rps10k]}") |"
+			"$(ratio "${M[shield,cpu]}" "${M[$o,cpu]}") | $(ratio "${M[shield,rps100k]}" "${M[$o,rps100k]}") |" \
+			"$(ratio "${M[shield,cpu100k]}" "${M[$o,cpu100k]}") |" \
+			"$(ratio "${M[shield,rps10m]}" "${M[$o,rps10m]}") | $(ratio "${M[shield,cpu10m]}" "${M[$o,cpu10m]}") |" \
+			"$(ratio "${M[shield,rps10k]}" "${M[$o,rps10k]}") |"
 	done
 	echo
 	echo "Collapsing: 200 requests released at once for one cold key, origin delay 200 ms; the origin row is the same" \
@@ -421,7 +441,7 @@ report=$tmp/report.md
 		echo "forwarded/local ($nk keys each): $(ratio "$(med fwdN hit1k rps)" "$(med localN hit1k rps)")"
 	fi
 	echo
-	echo "| issue #17 target | measured | want | |"
+	echo "| target (issues #17, #25) | measured | want | |"
 	echo "|---|---|---|---|"
 	check "1 KiB req/s shield/varnish, worst round" "$(minratio shield varnish hit1k)" ">=" 1.5
 	check "1 KiB req/s shield/nginx, worst round" "$(minratio shield nginx hit1k)" ">=" 1.25
@@ -430,6 +450,7 @@ report=$tmp/report.md
 	check "1 KiB p99 shield/nginx" "$(ratio "${M[shield,p99]}" "${M[nginx,p99]}")" "<=" 1
 	check "100 KiB req/s shield/nginx" "$(ratio "${M[shield,rps100k]}" "${M[nginx,rps100k]}")" ">=" 1
 	check "100 KiB CPU/hit shield/nginx" "$(ratio "${M[shield,cpu100k]}" "${M[nginx,cpu100k]}")" "<=" 1
+	check "10 MiB MB/s shield/nginx" "$(ratio "${M[shield,rps10m]}" "${M[nginx,rps10m]}")" ">=" 1
 	check "collapse origin requests" "${M[shield,corigin]}" "==" 1
 	check "collapse wall / origin latency" "$(ratio "${M[shield,cwall]}" "${M[origin,cwall]}")" "<=" 1.1
 	check "stale-if-error served (1 = yes)" "$([[ ${S[shield]} == yes* ]] && echo 1 || echo 0)" "==" 1
