@@ -63,8 +63,8 @@
 //
 //   - A fresh hit allocates nothing: per-request buffers come from a pool,
 //     the entry is read into the response's own body buffer and handed
-//     back truncated to the body (SwapBody) — or, for an entry stored in
-//     pieces, its body is streamed from a pooled piece reader
+//     back truncated to the body (SwapBody) — or, for an entry of 1 MiB
+//     or more stored in pieces, its body is streamed from a pooled piece reader
 //     (streamhit.go) — metric handles are resolved when a configuration
 //     is applied (hit_alloc_test.go asserts 0).
 //   - Nothing keeps a RequestCtx or its byte slices past the handler:

@@ -152,7 +152,7 @@ func TestForwardedHitAllocs(t *testing.T) {
 // through the handler with the answer written as the server writes it,
 // and through a real server and client.
 func TestStreamedHitAllocs(t *testing.T) {
-	const n = 300 << 10
+	const n = memStreamMin + 300<<10
 	p, ctx := warmLargeHit(t, n)
 	h := p.Handler()
 	bw := bufio.NewWriterSize(new(copySink), 4096)

@@ -31,14 +31,18 @@ import (
 // unchanged, as do memory entries loaded from a snapshot (their checksum
 // is checked on the whole entry before anything is sent).
 
-// memStreamMin is the smallest encoded entry a memory hit streams: every
-// entry stored in pieces (above one fastcache chunk, about 64 KiB), so a
-// hit in flight never holds more than one piece. Measured (CPU time of
-// BenchmarkHit100K/1M-style runs, streaming on and off in one build, six
-// interleaved rounds on a shared machine): equal within noise at 100,
-// 160 and 300 KiB, about 10 % less at 1 MiB; the 1 KiB hit never gets
-// here (its value is not in pieces).
-const memStreamMin = 1
+// memStreamMin is the smallest encoded entry a memory hit streams.
+// Smaller entries in pieces are read whole into the request's buffer and
+// leave in one writev with their head (listener.Coalesce); a stream
+// leaves piece by piece through fasthttp's write buffer, several writes
+// an answer. Measured with wrk -t2 -c64 against two builds side by side
+// (4 interleaved rounds, /tmp-style A/B of make bench-peers' objects):
+// streaming every entry in pieces cost a 100 KiB hit 25 % of its req/s
+// and 20-35 % more CPU per hit (10.4-16.7k vs 11.0-21.8k req/s, 57-76 vs
+// 40-69 µs/hit); at 512 KiB the two were equal within noise. From
+// 1 MiB up a hit in flight holds one piece instead of the whole entry,
+// so N concurrent hits of a large object cost N pieces, not N copies.
+const memStreamMin = 1 << 20
 
 // getEntry is the lookup's store read: GetVerified, except that when the
 // request can be answered from a stream (sc.streamOK) a disk entry or a

@@ -71,7 +71,7 @@ func streamedHit(p *Proxy, ctx *fasthttp.RequestCtx) (streamed bool, s status) {
 // pieces streamed, byte for byte, with the hit's fields; a variant of a
 // Vary object too; 304s carry no body; a stale hit reads the entry whole.
 func TestMemHitStreamed(t *testing.T) {
-	body := memBigBody(300<<10 + 5)
+	body := memBigBody(memStreamMin + 300<<10 + 5)
 	p, o := memBigProxy(t, body, nil)
 	if s := summary(serve(p, get(t, "/big"))); s.body != string(body) || !strings.Contains(s.cacheStatus, "stored") {
 		t.Fatalf("miss: %q, %d bytes", s.cacheStatus, len(s.body))
@@ -120,7 +120,7 @@ func TestMemHitStreamed(t *testing.T) {
 // several ranges are a multipart answer built from the whole entry; an
 // If-Range that does not match sends the whole body.
 func TestMemHitRanges(t *testing.T) {
-	n := 300<<10 + 5
+	n := memStreamMin + 300<<10 + 5
 	body := memBigBody(n)
 	p, _ := memBigProxy(t, body, nil)
 	serve(p, get(t, "/big"))
@@ -288,7 +288,7 @@ func TestMemHitEvictedWhileSentClosesConnection(t *testing.T) {
 // another process's: its hit reads it whole, so its checksum is checked
 // before anything is sent, and the answer is the same bytes.
 func TestMemHitSnapshotEntryReadWhole(t *testing.T) {
-	body := memBigBody(300 << 10)
+	body := memBigBody(memStreamMin + 300<<10)
 	path := filepath.Join(t.TempDir(), "cache")
 	edit := func(c *config.Config) { c.Cache.Path = path }
 	p, o := memBigProxy(t, body, edit)
