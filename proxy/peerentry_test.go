@@ -11,6 +11,7 @@ import (
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 )
 
 // muxCluster starts nodes a and b on the multiplexed peer transport,
@@ -127,6 +128,25 @@ func TestEntryAnswerChecked(t *testing.T) {
 	}
 	if !p.checkEntryAnswer(&ctx, sc, &e, entry(variant, []byte("accept-language"))) {
 		t.Error("the request's variant was refused")
+	}
+
+	// Served: refused without an answer, or as a hit with the relayed
+	// answer's Cache-Status member, the owner's age kept.
+	sc.ent = cluster.EntryAnswer{Got: true, OwnerNow: time.Now().UnixNano(), Buf: flipped}
+	if p.serveEntryAnswer(&ctx, sc, "b") || sc.ent.Got || len(ctx.Response.Header.Peek("Cache-Status")) != 0 {
+		t.Fatal("a damaged entry was served")
+	}
+	ctx.Response.Reset()
+	sc.ent = cluster.EntryAnswer{Got: true, OwnerNow: time.Now().Add(time.Minute).UnixNano(), Buf: bytes.Clone(good)}
+	if !p.serveEntryAnswer(&ctx, sc, "b") {
+		t.Fatal("a good entry was not served")
+	}
+	cs := string(bytes.Join(ctx.Response.Header.PeekAll("Cache-Status"), []byte(", ")))
+	if string(ctx.Response.Body()) != "hello" || !strings.HasPrefix(cs, "shield; hit; ttl=") || !strings.HasSuffix(cs, ", shield-edge; detail=peer-b") {
+		t.Fatalf("served %q with Cache-Status %q", ctx.Response.Body(), cs)
+	}
+	if age := string(ctx.Response.Header.Peek("Age")); age != "60" {
+		t.Fatalf("Age %q, want the owner's 60", age)
 	}
 }
 
