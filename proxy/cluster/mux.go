@@ -33,7 +33,9 @@ import (
 // fields (the fields the HTTP path sends: Host, the client's forwarded
 // fields, the peer protocol's); an answer's is its body, then its status
 // and header fields, then the head's length (the body is appended first,
-// as it comes, with no second pass). Lengths inside payloads are uvarints.
+// as it comes, with no second pass); an entry answer's (frameEntry,
+// muxentry.go) the owner's clock and a fresh hit's stored entry as it is.
+// Lengths inside payloads are uvarints.
 // Answers come back in any order, matched by id; each request has its
 // own timeout, and a connection that breaks fails its requests at once
 // (they are served locally, as HTTP failures are). An owner whose peer
