@@ -16,15 +16,16 @@ import (
 // forwarded fresh hit on a small entry with the entry's stored bytes,
 // and the edge serves them with serveHit, as a local hit, after checking
 // them (they crossed a wire: checksum, kind, and the key the request
-// names). A hot key's request does not ask (its near copy is kept from
-// a relayed answer, nearcopy.go), nor one for a coded representation
-// (its sibling's key is the owner's business).
+// names). A hot key's entry is kept as a near copy as it is, its timing
+// fields rewritten (cache.SetNearCopy). A request for a coded
+// representation does not ask (its sibling's key is the owner's
+// business).
 
 // wantEntry returns sc.ent asking for an entry answer, the response's
 // body buffer lent to receive it, or nil when the request does not ask.
-func (sc *scratch) wantEntry(ctx *fasthttp.RequestCtx, rte *route, hot bool) *cluster.EntryAnswer {
+func (sc *scratch) wantEntry(ctx *fasthttp.RequestCtx, rte *route) *cluster.EntryAnswer {
 	sc.ent.Got = false
-	if hot || (sc.coding != codingIdentityIdx && rte.comp != nil) {
+	if sc.coding != codingIdentityIdx && rte.comp != nil {
 		sc.ent.Want = false
 		return nil
 	}
@@ -34,11 +35,12 @@ func (sc *scratch) wantEntry(ctx *fasthttp.RequestCtx, rte *route, hot bool) *cl
 }
 
 // serveEntryAnswer serves the owner's entry answer in sc.ent as a fresh
-// local hit, with the owner's Cache-Status member for a relayed answer.
-// It reports false, the response's body buffer given back, when the
-// entry does not check: the caller serves the request locally, as after
-// a failed forward.
-func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner string) bool {
+// local hit, with the owner's Cache-Status member for a relayed answer,
+// keeping a near copy of a hot key's (c not nil; seq: the invalidation
+// clock when the forward started). It reports false, the response's body
+// buffer given back, when the entry does not check: the caller serves
+// the request locally, as after a failed forward.
+func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner string, c *cluster.Node, seq int64) bool {
 	b := sc.ent.Buf
 	var e cache.Entry
 	if !p.checkEntryAnswer(ctx, sc, &e, b) {
@@ -55,6 +57,9 @@ func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner st
 		sc.ent.Got = false
 		ctx.Response.SwapBody(b[:0])
 		return false
+	}
+	if c != nil && e.Status == fasthttp.StatusOK {
+		p.keepEntryNearCopy(ctx, c, sc, &e, b, seq, age)
 	}
 	p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 	sc.tmp = cluster.AppendPeerCacheStatus(sc.tmp[:0], owner)
@@ -87,4 +92,30 @@ func answerEntry(ctx *fasthttp.RequestCtx, e *cache.Entry, b []byte, now time.Ti
 	}
 	ctx.Response.SwapBody(b[:0])
 	return true
+}
+
+// keepEntryNearCopy stores b, the entry e was decoded from (checked), as
+// a near copy of a hot key: as nearcopy.go keeps one from a relayed
+// answer — stored now at its current age, for at most hot_key_max_age,
+// no stale windows, in invalidation order at the earlier of seq and the
+// owner's fetch sequence (an invalidation this node knows of refuses
+// it) — with the timing fields rewritten in place instead of encoding
+// the entry again. e keeps its decoded fields.
+func (p *Proxy) keepEntryNearCopy(ctx *fasthttp.RequestCtx, c *cluster.Node, sc *scratch, e *cache.Entry, b []byte, seq int64, age time.Duration) {
+	now := ctx.Time()
+	ne := *e
+	ne.Kind, ne.StoredAt, ne.InitialAge = cache.KindNearCopy, now.UnixNano(), int64(age)
+	ne.Lifetime = min(e.Lifetime, int64(c.Options().HotKeyMaxAge+age))
+	ne.SWR, ne.SIE, ne.FetchSeq = 0, 0, min(seq, e.FetchSeq)
+	if cache.SetNearCopy(b, ne.StoredAt, ne.InitialAge, ne.Lifetime, ne.FetchSeq) != nil {
+		return
+	}
+	key, vary := sc.key, [][]byte(nil)
+	if e.VaryCount > 0 {
+		vary = e.VaryList()
+		key = storeKey(sc.key, &ctx.Request.Header, vary)
+	}
+	if p.putResponse(sc.key, key, b, &ne, vary, now) == cache.Stored {
+		c.NearCopyStored()
+	}
 }

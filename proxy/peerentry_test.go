@@ -29,16 +29,23 @@ func muxCluster(t *testing.T) (a, b *testNode, path string) {
 		ctx.SetBodyString("body of " + string(ctx.Path()) + " in " + string(ctx.Request.Header.Peek("Accept-Language")))
 	})
 	path = pathWhere(t, "entry", func(p string) bool { return a.owner(t, p) == "b" })
-	warm := pathWhere(t, "warm", func(p string) bool { return a.owner(t, p) == "b" })
+	waitMuxOpen(t, a, "b")
+	return a, b, path
+}
+
+// waitMuxOpen sends a's requests for a key owner owns until a's mux
+// connection to owner is open.
+func waitMuxOpen(t *testing.T, a *testNode, owner string) {
+	t.Helper()
+	warm := pathWhere(t, "warm", func(p string) bool { return a.owner(t, p) == owner })
 	deadline := time.Now().Add(5 * time.Second)
-	for !a.cl().MuxOpen("b") {
+	for !a.cl().MuxOpen(owner) {
 		if time.Now().After(deadline) {
-			t.Fatal("no mux connection from a to b")
+			t.Fatal("no mux connection from a to " + owner)
 		}
 		a.get(t, warm)
 		time.Sleep(time.Millisecond)
 	}
-	return a, b, path
 }
 
 // TestForwardedEntryAnswer: over the multiplexed transport, a forwarded
@@ -133,12 +140,12 @@ func TestEntryAnswerChecked(t *testing.T) {
 	// Served: refused without an answer, or as a hit with the relayed
 	// answer's Cache-Status member, the owner's age kept.
 	sc.ent = cluster.EntryAnswer{Got: true, OwnerNow: time.Now().UnixNano(), Buf: flipped}
-	if p.serveEntryAnswer(&ctx, sc, "b") || sc.ent.Got || len(ctx.Response.Header.Peek("Cache-Status")) != 0 {
+	if p.serveEntryAnswer(&ctx, sc, "b", nil, 0) || sc.ent.Got || len(ctx.Response.Header.Peek("Cache-Status")) != 0 {
 		t.Fatal("a damaged entry was served")
 	}
 	ctx.Response.Reset()
 	sc.ent = cluster.EntryAnswer{Got: true, OwnerNow: time.Now().Add(time.Minute).UnixNano(), Buf: bytes.Clone(good)}
-	if !p.serveEntryAnswer(&ctx, sc, "b") {
+	if !p.serveEntryAnswer(&ctx, sc, "b", nil, 0) {
 		t.Fatal("a good entry was not served")
 	}
 	cs := string(bytes.Join(ctx.Response.Header.PeekAll("Cache-Status"), []byte(", ")))
@@ -157,4 +164,62 @@ func mustDecode(t *testing.T, b []byte) *cache.Entry {
 		t.Fatal(err)
 	}
 	return &e
+}
+
+// TestNearCopyFromEntry: over the multiplexed transport a hot key's
+// near copy is the owner's entry kept as it is (cache.SetNearCopy): the
+// edge then answers from it without the hop, its variant under the
+// request's Vary values, and a purge drops it.
+func TestNearCopyFromEntry(t *testing.T) {
+	c := newTestCluster(t, clusterSetup{yaml: "  hot_key_max_age: 5s\n", opts: func(o *ClusterOptions) { o.HotKeyRate = 1 },
+		cfg: func(c *config.Config) { c.Cluster.Transport = "mux" }}, "a", "b")
+	a, b := c.node("a"), c.node("b")
+	c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {
+		ctx.Response.Header.Set("Cache-Control", "public, max-age=3600")
+		ctx.Response.Header.Set("Vary", "Accept-Language")
+		ctx.SetBodyString("body of " + string(ctx.Path()) + " in " + string(ctx.Request.Header.Peek("Accept-Language")))
+	})
+	path := pathWhere(t, "near", func(p string) bool { return a.owner(t, p) == "b" })
+	waitMuxOpen(t, a, "b")
+	if r := b.get(t, path, "Accept-Language: de"); r.code != 200 {
+		t.Fatalf("warm the owner: %+v", r)
+	}
+	for i := 0; a.counter(`shield_near_copies_stored_total`) == 0; i++ {
+		if r := a.get(t, path, "Accept-Language: de"); r.code != 200 || r.body != "body of "+path+" in de" {
+			t.Fatalf("via a: %+v", r)
+		}
+		if i > 5000 {
+			t.Fatal("no near copy after 5000 requests")
+		}
+	}
+	if a.cl().EntryAnswers() == 0 {
+		t.Fatal("no entry answer: the near copy came from a relayed answer")
+	}
+	var e cache.Entry
+	key := appendVariantKey(nil, a.key(t, path), mustDecode(t, cache.AppendEntry(nil, &cache.Entry{Kind: cache.KindResponse}, [][]byte{[]byte("accept-language")}, nil)), func() *fasthttp.RequestHeader {
+		var h fasthttp.RequestHeader
+		h.Set("Accept-Language", "de")
+		return &h
+	}())
+	raw, _ := a.p.cache.GetVerified(nil, key)
+	if err := cache.DecodeEntry(raw, &e); err != nil || e.Kind != cache.KindNearCopy || e.SWR != 0 || e.Lifetime > int64(5*time.Second+time.Minute) {
+		t.Fatalf("near copy: %v %+v", err, e)
+	}
+	forwards := a.peerOutcome("b", cluster.PeerOK)
+	r := a.get(t, path, "Accept-Language: de")
+	if r.body != "body of "+path+" in de" || !strings.HasPrefix(r.cacheStatus, "shield; hit; ttl=") || strings.Contains(r.cacheStatus, "peer-b") || a.peerOutcome("b", cluster.PeerOK) != forwards {
+		t.Fatalf("near-copy hit: %+v", r)
+	}
+	if r := a.get(t, path, "Accept-Language: fr"); r.body != "body of "+path+" in fr" {
+		t.Fatalf("other variant: %+v", r)
+	}
+	code, body := admin(t, a.p, "POST", "/purge?url=http://"+testHost+path)
+	if code != 200 || !strings.Contains(body, `"b":200`) {
+		t.Fatalf("purge: %d %s", code, body)
+	}
+	if raw, _ := a.p.cache.GetVerified(nil, key); len(raw) > 0 {
+		if err := cache.DecodeEntry(raw, &e); err == nil && a.p.cache.Invalidations().Servable(&e, time.Now()) {
+			t.Fatal("the near copy survived the purge")
+		}
+	}
 }

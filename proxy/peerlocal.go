@@ -132,12 +132,16 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 	reqTime := time.Now()
 	hot := c.Options().HotKeyRate
 	isHot := sc.hotRate > 0 && hot > 0 && sc.hotRate >= hot
-	ent := sc.wantEntry(ctx, rte, isHot)
+	ent := sc.wantEntry(ctx, rte)
 	resp, ok := c.DoEntry(ctx, fw, req, rte.origin.MaxHints(), ent)
 	if ent != nil {
 		if ok && ent.Got {
 			fasthttp.ReleaseResponse(resp)
-			ok = p.serveEntryAnswer(ctx, sc, fw.Owner())
+			var keep *cluster.Node
+			if isHot {
+				keep = c
+			}
+			ok = p.serveEntryAnswer(ctx, sc, fw.Owner(), keep, seq)
 		} else {
 			ctx.Response.SwapBody(ent.Buf[:0])
 		}
