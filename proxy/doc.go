@@ -35,6 +35,8 @@
 //	peerlocal.go         the cluster's side of the node: SetCluster, cluster.Local,
 //	                     the forwarded request built for the owner (forwardToOwner)
 //	nearcopy.go          near copies of hot keys kept from the owner's answer
+//	peerentry.go         entry answers: a forwarded fresh hit's stored entry,
+//	                     sent by the owner as it is and served by the edge as a hit
 //	fetch.go             misses: coalescing, origin fetch for the cache (through
 //	                     proxy/upstream), stale-if-error,
 //	                     background refresh, storing

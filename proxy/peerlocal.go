@@ -130,11 +130,30 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 	req.Header.SetCanonical(hShieldForwarded, valueOne)
 	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
 	reqTime := time.Now()
-	resp, ok := c.Do(ctx, fw, req, rte.origin.MaxHints())
+	hot := c.Options().HotKeyRate
+	isHot := sc.hotRate > 0 && hot > 0 && sc.hotRate >= hot
+	ent := sc.wantEntry(ctx, rte)
+	resp, ok := c.DoEntry(ctx, fw, req, rte.origin.MaxHints(), ent)
+	if ent != nil {
+		if ok && ent.Got {
+			fasthttp.ReleaseResponse(resp)
+			var keep *cluster.Node
+			if isHot {
+				keep = c
+			}
+			ok = p.serveEntryAnswer(ctx, sc, fw.Owner(), keep, seq)
+		} else {
+			ctx.Response.SwapBody(ent.Buf[:0])
+		}
+		ent.Buf = nil
+	}
 	if !ok {
 		return 0, false
 	}
-	if hot := c.Options().HotKeyRate; sc.hotRate > 0 && hot > 0 && sc.hotRate >= hot && resp.StatusCode() == fasthttp.StatusOK {
+	if sc.ent.Got {
+		return resPeer, true
+	}
+	if isHot && resp.StatusCode() == fasthttp.StatusOK {
 		if p.keepNearCopy(ctx, c, rt, rte, sc, req, resp, seq, reqTime) {
 			return resPeer, true
 		}

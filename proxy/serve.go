@@ -65,6 +65,10 @@ type scratch struct {
 	file     *os.File
 	pieces   *cache.PieceReader
 	bodyLen  int64
+
+	// ent asks a key's owner for an entry answer and receives it
+	// (peerentry.go).
+	ent cluster.EntryAnswer
 }
 
 // reset clears every per-request field of a pooled scratch, keeping the
@@ -325,6 +329,9 @@ func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *ro
 		case st == stale.Fresh:
 			if rte.eagerRefresh > 0 && !readThrough {
 				p.eagerRefresh(ctx, rt, rte, sc, e, b, age)
+			}
+			if sc.fromPeer && !readThrough && answerEntry(ctx, e, b, now) {
+				return resHit
 			}
 			p.serveHit(ctx, sc, e, b, age, csHitTTL)
 			return resHit

@@ -166,6 +166,7 @@ type Node struct {
 	readThroughMiss  *metrics.Counter // previous-owner read-throughs that fell back to the origin
 	nearStored       *metrics.Counter
 	nearHits         *metrics.Counter
+	entryAnswers     atomic.Uint64 // entry answers received (EntryAnswers)
 	handoffSent      *metrics.Counter
 	handoffTaken     *metrics.Counter
 	peerPurgeRetries *metrics.Counter

@@ -40,6 +40,8 @@
 //	              the background, requests matched to answers by id
 //	muxheads.go   the edge's decoded answer heads, reused while an
 //	              owner's answers repeat them
+//	muxentry.go   entry answers: a fresh hit's stored entry sent as it
+//	              is (AnswerEntry, EntryAnswer)
 //	peerskip.go   per-peer breakers on the forwarded path (atomics, no allocation)
 //	purgelog.go   purge delivery: the purge log, retried queues to every
 //	              peer, catch-up of a node started from a snapshot

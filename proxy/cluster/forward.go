@@ -54,12 +54,24 @@ func (c *Node) SetForwardHead(h *fasthttp.RequestHeader, gen uint64, tid, client
 // 403 from the peer protocol — and the caller then serves the request
 // locally. The owner's 103 Early Hints reach client (at most maxHints).
 func (c *Node) Do(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request, maxHints int) (resp *fasthttp.Response, ok bool) {
+	return c.DoEntry(client, f, req, maxHints, nil)
+}
+
+// DoEntry is Do, asking the owner for an entry answer (muxentry.go) when
+// ent.Want and the request goes over the multiplexed transport. When
+// ent.Got after ok, the answer is ent's, not resp's (empty; the caller
+// releases it), and the caller checks the entry: one that does not check
+// is a failed forward (served locally).
+func (c *Node) DoEntry(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request, maxHints int, ent *EntryAnswer) (resp *fasthttp.Response, ok bool) {
 	pc := f.pc
 	resp = fasthttp.AcquireResponse()
 	var err error
 	sent := false
+	if ent != nil {
+		ent.Got = false
+	}
 	if mc := pc.muxConn(req); mc != nil {
-		sent, err = mc.do(client, req, resp, maxHints, c.timeout)
+		sent, err = mc.do(client, req, resp, maxHints, c.timeout, ent)
 	}
 	if sent {
 		pc.viaMux.Inc()
@@ -98,6 +110,9 @@ func (c *Node) Do(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request,
 		return nil, false
 	}
 	pc.outcomes[PeerOK].Inc()
+	if ent != nil && ent.Got {
+		c.entryAnswers.Add(1)
+	}
 	return resp, true
 }
 
@@ -125,6 +140,12 @@ func RelayPeerHead(out, resp *fasthttp.Response, owner string, buf []byte) []byt
 	buf = append(append(buf[:0], csEdgePeer...), owner...)
 	out.Header.AddBytesKV(httpx.HCacheStatus, buf)
 	return buf
+}
+
+// AppendPeerCacheStatus appends the Cache-Status member RelayPeerHead
+// adds, for an answer the edge served from the owner's entry.
+func AppendPeerCacheStatus(dst []byte, owner string) []byte {
+	return append(append(dst, csEdgePeer...), owner...)
 }
 
 // csEdgePeer starts the Cache-Status member of an answer relayed from the

@@ -33,7 +33,9 @@ import (
 // fields (the fields the HTTP path sends: Host, the client's forwarded
 // fields, the peer protocol's); an answer's is its body, then its status
 // and header fields, then the head's length (the body is appended first,
-// as it comes, with no second pass). Lengths inside payloads are uvarints.
+// as it comes, with no second pass); an entry answer's (frameEntry,
+// muxentry.go) the owner's clock and a fresh hit's stored entry as it is.
+// Lengths inside payloads are uvarints.
 // Answers come back in any order, matched by id; each request has its
 // own timeout, and a connection that breaks fails its requests at once
 // (they are served locally, as HTTP failures are). An owner whose peer
@@ -55,6 +57,10 @@ const (
 	frameHints    byte = 5 // owner → edge: a 103 head for the request's client
 	frameError    byte = 6 // owner → edge: no answer; payload: an errCode
 	frameGoAway   byte = 7 // owner → edge: closing; payload: the last request id read (u32)
+	// frameEntry (owner → edge) answers a request flagged reqFlagEntry
+	// with a fresh hit's stored entry as it is (muxentry.go); payload:
+	// the owner's clock (unix ns, u64) | the entry's bytes.
+	frameEntry byte = 8
 )
 
 // Error codes of frameError.
@@ -84,6 +90,10 @@ const (
 // Flags of a request.
 const (
 	reqFlagHints byte = 1 // the edge's client takes 103 Early Hints
+	// reqFlagEntry: the edge takes a fresh hit as frameEntry. An owner
+	// of an earlier release ignores the flag (it reads hints only) and
+	// answers with frameResponse, so the edge asks without negotiating.
+	reqFlagEntry byte = 2
 )
 
 var (
@@ -109,7 +119,7 @@ func appendFrameHeader(dst []byte, typ byte, id, length uint32) []byte {
 // length against limit.
 func parseFrameHeader(b []byte, limit int) (frameHeader, error) {
 	h := frameHeader{typ: b[0], id: binary.BigEndian.Uint32(b[1:5]), length: binary.BigEndian.Uint32(b[5:9])}
-	if h.typ < frameHello || h.typ > frameGoAway {
+	if h.typ < frameHello || h.typ > frameEntry {
 		return h, fmt.Errorf("%w: type %d", errBadFrame, h.typ)
 	}
 	if uint64(h.length) > uint64(limit) {

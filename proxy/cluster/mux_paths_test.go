@@ -494,7 +494,7 @@ func TestMuxGoAwayUnread(t *testing.T) {
 	req.SetRequestURI("/late")
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if sent, err := mc.do(nil, req, resp, 0, time.Second); sent || err != nil {
+	if sent, err := mc.do(nil, req, resp, 0, time.Second, nil); sent || err != nil {
 		t.Errorf("after the goodbye: sent %v, %v", sent, err)
 	}
 }

@@ -532,6 +532,7 @@ func FuzzMuxFrame(f *testing.F) {
 	resp.Header.Set("Vary", "A")
 	resp.SetBodyString("body")
 	f.Add(append(appendFrameHeader(nil, frameResponse, 7, 0), appendResponse(nil, &resp, resp.Body(), false)...))
+	f.Add(append(appendFrameHeader(nil, frameEntry, 7, 12), 0, 0, 0, 0, 0, 0, 0, 1, 'e', 'n', 't', 'r'))
 	f.Add([]byte(muxPreface))
 	f.Add([]byte{3, 0, 0, 0, 1, 0, 0, 0, 3, 0, 1, 'G'})
 	f.Add(binary.BigEndian.AppendUint32([]byte{4, 0, 0, 0, 1, 0, 0, 0, 8, 0, 200}, 0xffffffff))
@@ -554,6 +555,18 @@ func FuzzMuxFrame(f *testing.F) {
 					var again fasthttp.Request
 					if _, err := decodeRequest(appendRequest(nil, &req, 0), &again); err != nil {
 						t.Fatalf("re-encoded request does not decode: %v", err)
+					}
+				}
+			case frameEntry:
+				if now, entry, err := splitEntry(buf); err == nil {
+					if len(entry)+8 != len(buf) || len(entry) > EntryAnswerMax || uint64(now) != binary.BigEndian.Uint64(buf) {
+						t.Fatal("split entry lost bytes")
+					}
+					// What an edge does with one: a copy, then a check.
+					ent := EntryAnswer{Want: true}
+					var mc muxConn
+					if err := mc.finish(nil, muxMsg{typ: frameEntry, payload: buf}, nil, nil, &ent); err != nil || !ent.Got || !bytes.Equal(ent.Buf, entry) {
+						t.Fatalf("entry answer: %v %v", err, ent.Got)
 					}
 				}
 			case frameResponse:

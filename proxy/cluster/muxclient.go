@@ -261,7 +261,7 @@ func (mc *muxConn) read() {
 			return
 		}
 		switch h.typ {
-		case frameResponse, frameError:
+		case frameResponse, frameError, frameEntry:
 			mc.mu.Lock()
 			call := mc.pending[h.id]
 			if call != nil {
@@ -391,10 +391,13 @@ func (mc *muxConn) expire(now int64) {
 // timeout, relaying the owner's 103 Early Hints to client (at most
 // maxHints). sent is false when the request was not sent (the
 // connection is full or closed): the caller sends it over HTTP.
-func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *fasthttp.Response, maxHints int, timeout time.Duration) (sent bool, err error) {
+func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *fasthttp.Response, maxHints int, timeout time.Duration, ent *EntryAnswer) (sent bool, err error) {
 	var flags byte
 	if client != nil && maxHints > 0 && client.Request.Header.IsHTTP11() {
 		flags |= reqFlagHints
+	}
+	if ent != nil && ent.Want {
+		flags |= reqFlagEntry
 	}
 	q, ok := mc.w.begin()
 	if !ok {
@@ -443,7 +446,7 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 			}
 			return true, errMuxTimeout
 		}
-		err = mc.finish(call, m, req, resp)
+		err = mc.finish(call, m, req, resp, ent)
 		releaseCall(call)
 		return true, err
 	}
@@ -456,10 +459,23 @@ func releaseCall(call *muxCall) {
 	muxCallPool.Put(call)
 }
 
-// finish turns the owner's final message into resp.
-func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *fasthttp.Response) error {
+// finish turns the owner's final message into resp, or an entry
+// answer into ent.
+func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *fasthttp.Response, ent *EntryAnswer) error {
 	if m.err != nil {
 		return m.err
+	}
+	if m.typ == frameEntry {
+		if ent == nil || !ent.Want {
+			return fmt.Errorf("cluster: mux answer: %w: an entry not asked for", errBadFrame)
+		}
+		now, entry, err := splitEntry(m.payload)
+		if err != nil {
+			return fmt.Errorf("cluster: mux answer: %w", err)
+		}
+		ent.Buf = append(ent.Buf[:0], entry...)
+		ent.OwnerNow, ent.Got = now, true
+		return nil
 	}
 	if m.typ == frameError {
 		if len(m.payload) == 1 && m.payload[0] == errCodeTooLarge {

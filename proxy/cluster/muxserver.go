@@ -346,6 +346,9 @@ type muxTask struct {
 	id    uint32
 	buf   []byte // the request frame's payload
 	hints bool
+	// entry: the edge takes an entry answer (reqFlagEntry); answered:
+	// the handler sent one (AnswerEntry), its response is not sent.
+	entry, answered bool
 }
 
 var muxTaskPool = sync.Pool{New: func() any {
@@ -397,13 +400,16 @@ func (t *muxTask) serve() {
 	ctx.ResetUserValues()
 	flags, err := s.c.fields.decode(t.buf, &ctx.Request)
 	t.hints = flags&reqFlagHints != 0
+	t.entry, t.answered = flags&reqFlagEntry != 0, false
 	if err != nil {
 		s.w.send(frameError, t.id, []byte{errCodeFailed})
 	} else {
 		s.c.serveMuxRequest(ctx)
-		s.answer(t.id, ctx)
+		if !t.answered {
+			s.answer(t.id, ctx)
+		}
 	}
-	t.hints = false
+	t.hints, t.entry, t.answered = false, false, false
 	t.s = nil
 	t.conn.Conn = nil
 	ctx.Request.Reset()
