@@ -144,9 +144,14 @@ type testNode struct {
 	m        *routing.Membership
 	src      *fakeSource
 
-	pubLn   *fasthttputil.InmemoryListener
-	pub     *fasthttp.Server
-	peer    *fasthttp.Server
+	pubLn *fasthttputil.InmemoryListener
+	pub   *fasthttp.Server
+	peer  *fasthttp.Server
+	// peerLn is the peer listener peer serves; close closes it too, in
+	// case Serve had not started when Shutdown ran (Shutdown closes only
+	// the listeners Serve has registered, and Serve would then wait in
+	// Accept for ever).
+	peerLn  net.Listener
 	client  *fasthttp.HostClient // to pub
 	serving sync.WaitGroup
 
@@ -262,7 +267,8 @@ func (n *testNode) start(c *testCluster, wrap func(*testNode, fasthttp.RequestHa
 	peerLn := c.net.listen(n.peerAddr)
 	n.serving.Add(2)
 	go func() { defer n.serving.Done(); _ = n.pub.Serve(n.pubLn) }()
-	go func() { defer n.serving.Done(); _ = n.peer.Serve(n.p.PeerListener(peerLn)) }()
+	n.peerLn = n.p.PeerListener(peerLn)
+	go func() { defer n.serving.Done(); _ = n.peer.Serve(n.peerLn) }()
 	n.client = &fasthttp.HostClient{
 		Addr:                     "public-" + n.id,
 		Dial:                     func(string) (net.Conn, error) { return n.pubLn.DialWithLocalAddr(clientAddr) },
@@ -283,6 +289,7 @@ func (c *testCluster) close() {
 		_ = n.pub.Shutdown()
 		_ = n.peer.Shutdown()
 		_ = n.pubLn.Close() // in case Serve had not started yet
+		_ = n.peerLn.Close()
 		c.net.down(n.peerAddr)
 		n.serving.Wait()
 		if err := n.p.Close(); err != nil {
