@@ -98,6 +98,37 @@ func (p *process) signal(t *testing.T, sig os.Signal) {
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %s to %s: %v", sig, p.name, err)
 	}
+	if sig == syscall.SIGSTOP {
+		p.waitStopped(t)
+	}
+}
+
+// waitStopped polls until every thread of the process is stopped: kill
+// returns before a thread running on another CPU has taken SIGSTOP, and
+// a test that then expects the process to answer nothing could still
+// get one answer from it.
+func (p *process) waitStopped(t *testing.T) {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/task"
+	eventually(t, p.name+" stopped by SIGSTOP", func() bool {
+		tasks, err := os.ReadDir(dir)
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			stat, err := os.ReadFile(dir + "/" + task.Name() + "/stat")
+			if err != nil {
+				return false
+			}
+			// Field 3, after "pid (comm) ": the state; comm may hold
+			// spaces and parentheses, so read after the last ')'.
+			i := bytes.LastIndexByte(stat, ')')
+			if i < 0 || i+2 >= len(stat) || (stat[i+2] != 'T' && stat[i+2] != 't') {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // terminate sends SIGTERM.
@@ -139,6 +170,9 @@ func (p *process) waitReady(t *testing.T, url string) {
 	}
 }
 
+// handedOut holds the ports freeAddr has returned in this run.
+var handedOut sync.Map
+
 // freeAddr returns a 127.0.0.1 address whose port was free a moment ago:
 // listen on port 0, note the port, close.
 func freeAddr(t *testing.T) string {
@@ -148,13 +182,20 @@ func freeAddr(t *testing.T) string {
 	// to some outgoing connection as its local port, and the process we
 	// start then fails to bind it. Random picks below the range collide
 	// only with other picks, which are few.
+	// Ports handed out once are never handed out again in this run: two
+	// picks of one test (listen and admin, say) could otherwise be the
+	// same free port (seen: "admin.listen: must differ from listen").
 	for range 200 {
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		port := 20000 + rand.IntN(12000)
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue
 		}
 		ln.Close()
+		if _, taken := handedOut.LoadOrStore(port, true); taken {
+			continue
+		}
 		return addr
 	}
 	t.Fatalf("no free port in 20000-31999")
