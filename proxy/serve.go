@@ -497,29 +497,40 @@ var (
 	hRange      = []byte("Range")
 )
 
+// hitHead writes a fresh hit's head (serveHit, serveStreamHit) — or,
+// when the client's If-Match or If-Unmodified-Since fails, the 412's —
+// and returns what the client's conditionals decided.
+func (p *Proxy) hitHead(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, age time.Duration, csPrefix []byte) cond {
+	resp := &ctx.Response
+	c := condNone
+	if sc.present&fieldsConditional != 0 {
+		c = p.precondition(&ctx.Request.Header, e)
+	}
+	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
+	if c == condFailed {
+		preconditionFailed(resp, e, sc, ageSec, ttl, csPrefix)
+		return c
+	}
+	if notModified := c == condNotModified; notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
+		writeEntryHeaders(resp, e, notModified)
+		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
+	}
+	sc.peerTags(resp, e)
+	return c
+}
+
 // serveHit answers from a fresh entry decoded from b, which is the
 // response's own body buffer: the body goes back with SwapBody, so a hit
 // copies headers only. Client conditionals are answered here (RFC 9110
 // §13.2.2, precondition).
 func (p *Proxy) serveHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
-	cond := condNone
-	if sc.present&fieldsConditional != 0 {
-		cond = p.precondition(&ctx.Request.Header, e)
-	}
-	notModified := cond == condNotModified
-	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
+	cond := p.hitHead(ctx, sc, e, age, csPrefix)
 	if cond == condFailed {
-		preconditionFailed(resp, e, sc, ageSec, ttl, csPrefix)
 		resp.SwapBody(b[:0])
 		return
 	}
-	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
-		writeEntryHeaders(resp, e, notModified)
-		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
-	}
-	sc.peerTags(resp, e)
-	if notModified {
+	if cond == condNotModified {
 		resp.SetStatusCode(fasthttp.StatusNotModified)
 		resp.SwapBody(b[:0])
 		return

@@ -119,27 +119,13 @@ func (sc *scratch) streamRange(h *fasthttp.RequestHeader, e *cache.Entry) bool {
 // closed once sent.
 func (p *Proxy) serveStreamHit(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, b []byte, age time.Duration, csPrefix []byte) {
 	resp := &ctx.Response
-	c := condNone
-	if sc.present&fieldsConditional != 0 {
-		c = p.precondition(&ctx.Request.Header, e)
-	}
-	notModified := c == condNotModified
-	ageSec, ttl := int64(age/time.Second), int64((time.Duration(e.Lifetime)-age)/time.Second)
-	if c == condFailed {
-		sc.closeStream()
-		preconditionFailed(resp, e, sc, ageSec, ttl, csPrefix)
-		resp.SwapBody(b[:0])
-		return
-	}
-	if notModified || !p.heads.write(resp, sc, e, ageSec, ttl, csPrefix) {
-		writeEntryHeaders(resp, e, notModified)
-		stamp(&resp.Header, sc, ageSec, ttl, csPrefix)
-	}
-	sc.peerTags(resp, e)
+	c := p.hitHead(ctx, sc, e, age, csPrefix)
 	resp.SwapBody(b[:0])
-	if notModified {
+	if c != condNone {
 		sc.closeStream()
-		resp.SetStatusCode(fasthttp.StatusNotModified)
+		if c == condNotModified {
+			resp.SetStatusCode(fasthttp.StatusNotModified)
+		}
 		return
 	}
 	n := sc.bodyLen
