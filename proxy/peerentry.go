@@ -39,15 +39,18 @@ func (sc *scratch) wantEntry(ctx *fasthttp.RequestCtx, rte *route) *cluster.Entr
 // keeping a near copy of a hot key's (c not nil; seq: the invalidation
 // clock when the forward started). It reports false, the response's body
 // buffer given back, when the entry does not check: the caller serves
-// the request locally, as after a failed forward.
-func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner string, c *cluster.Node, seq int64) bool {
+// the request locally, as after a failed forward. checked is false when
+// it reports false because the entry did not check (damaged, not a
+// response, another key): the owner's fault, for its breaker; an entry
+// that checked but is no longer fresh here (clocks apart) is not.
+func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner string, c *cluster.Node, seq int64) (served, checked bool) {
 	b := sc.ent.Buf
 	var e cache.Entry
 	if !p.checkEntryAnswer(ctx, sc, &e, b) {
 		p.g.corrupt.Inc()
 		sc.ent.Got = false
 		ctx.Response.SwapBody(b[:0])
-		return false
+		return false, false
 	}
 	// The age the owner computed: its clock, rebased on ours.
 	now := ctx.Time()
@@ -56,7 +59,7 @@ func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner st
 	if e.Classify(age, &sc.cc) != stale.Fresh {
 		sc.ent.Got = false
 		ctx.Response.SwapBody(b[:0])
-		return false
+		return false, true
 	}
 	if c != nil && e.Status == fasthttp.StatusOK {
 		p.keepEntryNearCopy(ctx, c, sc, &e, b, seq, age)
@@ -64,7 +67,7 @@ func (p *Proxy) serveEntryAnswer(ctx *fasthttp.RequestCtx, sc *scratch, owner st
 	p.serveHit(ctx, sc, &e, b, age, csHitTTL)
 	sc.tmp = cluster.AppendPeerCacheStatus(sc.tmp[:0], owner)
 	ctx.Response.Header.AddBytesKV(httpx.HCacheStatus, sc.tmp)
-	return true
+	return true, true
 }
 
 // checkEntryAnswer decodes b into e, checking its checksum, that it is

@@ -145,13 +145,13 @@ func TestEntryAnswerChecked(t *testing.T) {
 	// Served: refused without an answer, or as a hit with the relayed
 	// answer's Cache-Status member, the owner's age kept.
 	sc.ent = cluster.EntryAnswer{Got: true, OwnerNow: time.Now().UnixNano(), Buf: flipped}
-	if p.serveEntryAnswer(&ctx, sc, "b", nil, 0) || sc.ent.Got || len(ctx.Response.Header.Peek("Cache-Status")) != 0 {
-		t.Fatal("a damaged entry was served")
+	if served, checked := p.serveEntryAnswer(&ctx, sc, "b", nil, 0); served || checked || sc.ent.Got || len(ctx.Response.Header.Peek("Cache-Status")) != 0 {
+		t.Fatalf("a damaged entry: served %v, checked %v (want false, false)", served, checked)
 	}
 	ctx.Response.Reset()
 	sc.ent = cluster.EntryAnswer{Got: true, OwnerNow: time.Now().Add(time.Minute).UnixNano(), Buf: bytes.Clone(good)}
-	if !p.serveEntryAnswer(&ctx, sc, "b", nil, 0) {
-		t.Fatal("a good entry was not served")
+	if served, checked := p.serveEntryAnswer(&ctx, sc, "b", nil, 0); !served || !checked {
+		t.Fatalf("a good entry: served %v, checked %v (want true, true)", served, checked)
 	}
 	cs := string(bytes.Join(ctx.Response.Header.PeekAll("Cache-Status"), []byte(", ")))
 	if string(ctx.Response.Body()) != "hello" || !strings.HasPrefix(cs, "shield; hit; ttl=") || !strings.HasSuffix(cs, ", shield-edge; detail=peer-b") {

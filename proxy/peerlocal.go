@@ -141,7 +141,9 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 			if isHot {
 				keep = c
 			}
-			ok = p.serveEntryAnswer(ctx, sc, fw.Owner(), keep, seq)
+			var checked bool
+			ok, checked = p.serveEntryAnswer(ctx, sc, fw.Owner(), keep, seq)
+			c.EntryChecked(fw, checked)
 		} else {
 			ctx.Response.SwapBody(ent.Buf[:0])
 		}

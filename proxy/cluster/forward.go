@@ -60,8 +60,10 @@ func (c *Node) Do(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request,
 // DoEntry is Do, asking the owner for an entry answer (muxentry.go) when
 // ent.Want and the request goes over the multiplexed transport. When
 // ent.Got after ok, the answer is ent's, not resp's (empty; the caller
-// releases it), and the caller checks the entry: one that does not check
-// is a failed forward (served locally).
+// releases it), and the caller checks the entry and reports the verdict
+// with EntryChecked: one that does not check is a failed forward (served
+// locally) and counts against the owner's breaker, as a transport error
+// does — an owner whose answers keep arriving damaged is skipped.
 func (c *Node) DoEntry(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Request, maxHints int, ent *EntryAnswer) (resp *fasthttp.Response, ok bool) {
 	pc := f.pc
 	resp = fasthttp.AcquireResponse()
@@ -89,7 +91,9 @@ func (c *Node) DoEntry(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Req
 	} else if s := resp.StatusCode(); s == fasthttp.StatusMisdirectedRequest || s == fasthttp.StatusForbidden {
 		outcome = breaker.Ignored
 	}
-	pc.skip.done(f.probe, outcome, time.Now().UnixNano())
+	if !(err == nil && ent != nil && ent.Got) {
+		pc.skip.done(f.probe, outcome, time.Now().UnixNano())
+	}
 	switch {
 	case err != nil:
 		pc.outcomes[PeerError].Inc()
@@ -109,11 +113,29 @@ func (c *Node) DoEntry(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Req
 		fasthttp.ReleaseResponse(resp)
 		return nil, false
 	}
-	pc.outcomes[PeerOK].Inc()
 	if ent != nil && ent.Got {
 		c.entryAnswers.Add(1)
+		return resp, true // outcome: EntryChecked
 	}
+	pc.outcomes[PeerOK].Inc()
 	return resp, true
+}
+
+// EntryChecked gives f's owner's breaker the verdict on an entry answer
+// (DoEntry with ent.Got): ok when the entry checked (checksum, kind,
+// key), counted as a forward that succeeded; otherwise a failure, as a
+// transport error is, so that an owner sending damaged entries trips
+// the breaker and its keys are served locally while it is skipped.
+func (c *Node) EntryChecked(f Forward, ok bool) {
+	pc := f.pc
+	if ok {
+		pc.skip.done(f.probe, breaker.Success, time.Now().UnixNano())
+		pc.outcomes[PeerOK].Inc()
+		return
+	}
+	pc.skip.done(f.probe, breaker.Failure, time.Now().UnixNano())
+	pc.outcomes[PeerError].Inc()
+	c.logger.Debug("peer entry answer failed its check, serving locally", "peer", pc.id)
 }
 
 // muxConn returns the multiplexed connection req goes over, nil when it

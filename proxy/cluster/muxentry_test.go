@@ -70,3 +70,50 @@ func TestMuxEntryAnswer(t *testing.T) {
 		t.Fatalf("entry answers = %d, want 1", a.node.EntryAnswers())
 	}
 }
+
+// TestEntryVerdictTripsBreaker: the owner's breaker hears of an entry
+// answer only from the edge's check (EntryChecked): entries that keep
+// failing it trip the breaker as transport errors do (the owner is then
+// skipped), entries that check do not.
+func TestEntryVerdictTripsBreaker(t *testing.T) {
+	s := muxSetup(nil, nil)
+	s.local = func(l *fakeLocal) {
+		l.answer = func(ctx *fasthttp.RequestCtx) bool {
+			return AnswerEntry(ctx, []byte("stored bytes"), time.Now())
+		}
+	}
+	h := newHarness(t, s, "a", "b")
+	a := h.node("a")
+	a.waitMux(t, "b")
+	forward := func(ok bool) {
+		t.Helper()
+		fw, allowed := a.node.Begin("b", time.Now().UnixNano())
+		if !allowed {
+			t.Fatal("b skipped before its entries failed three checks")
+		}
+		req := fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(req)
+		req.SetRequestURI("/entry")
+		req.Header.SetHost("example.test")
+		a.node.SetForwardHead(&req.Header, a.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+		ent := &EntryAnswer{Want: true}
+		resp, got := a.node.DoEntry(nil, fw, req, 0, ent)
+		if !got || !ent.Got {
+			t.Fatalf("no entry answer: ok %v, got %v", got, ent.Got)
+		}
+		fasthttp.ReleaseResponse(resp)
+		a.node.EntryChecked(fw, ok)
+	}
+	for range 5 {
+		forward(true)
+	}
+	forward(false)
+	forward(false)
+	forward(true) // a good one in between: the count starts again
+	for range peerSkipTrip {
+		forward(false)
+	}
+	if _, allowed := a.node.Begin("b", time.Now().UnixNano()); allowed {
+		t.Fatalf("b still forwarded to after %d entries in a row failed their check", peerSkipTrip)
+	}
+}
