@@ -396,32 +396,30 @@ func inView(s *routing.PeerSet, pc *Peer) bool {
 	return false
 }
 
-// newPeer makes the client of one peer.
+// newPeer makes the client of one peer: one dial function (the test's
+// Options.Dial, else TLS with cluster.tls, else plain TCP) for both its
+// HTTP client and its multiplexed connection.
 func (c *Node) newPeer(peer routing.Peer) *Peer {
 	opts := c.opts
-	pc := &Peer{id: peer.ID, hc: newPeerClient(peer.Addr, opts.PeerTimeout, opts.MaxBody, opts.TLS)}
-	if dial := opts.Dial; dial != nil {
-		pc.hc.DialTimeout = func(addr string, _ time.Duration) (net.Conn, error) { return dial(addr) }
+	dial := opts.Dial
+	if dial == nil {
+		dial = dialPlain
+		if opts.TLS != nil {
+			tlsDial := httpx.TLSDialer(peer.Addr, opts.TLS.Client, 500*time.Millisecond)
+			dial = func(addr string) (net.Conn, error) { return tlsDial(addr, 0) }
+		}
 	}
+	pc := &Peer{id: peer.ID, hc: newPlainPeerClient(peer.Addr, opts.PeerTimeout, opts.MaxBody)}
 	// The owner's 103 Early Hints reach the edge's client
 	// through the same connection wrapper as an origin's.
-	dialPeer := pc.hc.DialTimeout
-	pc.hc.DialTimeout = func(addr string, d time.Duration) (net.Conn, error) {
-		conn, err := dialPeer(addr, d)
+	pc.hc.DialTimeout = func(addr string, _ time.Duration) (net.Conn, error) {
+		conn, err := dial(addr)
 		if err != nil {
 			return nil, err
 		}
 		return httpx.NewTrackedConn(conn), nil
 	}
 	if opts.Transport == TransportMux {
-		dial := opts.Dial
-		if dial == nil {
-			dial = func(addr string) (net.Conn, error) { return dialPlain(addr) }
-			if opts.TLS != nil {
-				tlsDial := httpx.TLSDialer(peer.Addr, opts.TLS.Client, 500*time.Millisecond)
-				dial = func(addr string) (net.Conn, error) { return tlsDial(addr, 0) }
-			}
-		}
 		pc.mux = newMuxClient(c, peer.Addr, dial)
 	}
 	for i := range pc.outcomes {
@@ -441,16 +439,6 @@ func otherIDs(v *routing.View, self string) []string {
 		}
 	}
 	return ids
-}
-
-func newPeerClient(addr string, timeout time.Duration, maxBody int, pt *httpx.PeerTLS) *fasthttp.HostClient {
-	hc := newPlainPeerClient(addr, timeout, maxBody)
-	if pt != nil {
-		// A dead owner must cost little: the dial and handshake together
-		// get the plain dial's 250ms, plus room for the handshake.
-		hc.DialTimeout = httpx.TLSDialer(addr, pt.Client, 500*time.Millisecond)
-	}
-	return hc
 }
 
 func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fasthttp.HostClient {
