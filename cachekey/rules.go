@@ -117,13 +117,40 @@ func (r *Rules) ignored(name []byte) bool {
 // header field name.
 func isToken(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
+		if !tokenChars[s[i]] {
 			return false
 		}
 	}
 	return s != ""
 }
+
+// IsToken reports whether b is a non-empty RFC 9110 §5.6.2 token. The
+// request path checks every request field name with it, and the cache
+// every field name of a head it prepares: one table for the grammar,
+// in the package both already import.
+func IsToken(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenChars marks tchar: ALPHA, DIGIT and "!#$%&'*+-.^_`|~".
+var tokenChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()

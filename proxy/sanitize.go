@@ -83,7 +83,7 @@ func sanitizeHost(ctx *fasthttp.RequestCtx, plainHost bool) (msg string, present
 	var conn []byte
 	seenConn := false
 	for k, v := range h.All() {
-		if !isTokenBytes(k) {
+		if !cachekey.IsToken(k) {
 			return "invalid header field name", 0
 		}
 		switch len(k) {
@@ -350,30 +350,3 @@ func cleanPathFull(p []byte) bool {
 	}
 	return dots != 1 && dots != 2
 }
-
-// isTokenBytes reports whether b is a non-empty RFC 9110 token.
-func isTokenBytes(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if !tokenChars[c] {
-			return false
-		}
-	}
-	return true
-}
-
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()

@@ -20,7 +20,7 @@ import (
 func sanitizeReference(ctx *fasthttp.RequestCtx) (msg string) {
 	h := &ctx.Request.Header
 	for k := range h.All() {
-		if !isTokenBytes(k) {
+		if !cachekey.IsToken(k) {
 			return "invalid header field name"
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/shield-proxy/shield/cachekey"
 )
 
 // Entry layout (format version 3). The body comes first so that a HIT can
@@ -191,7 +193,7 @@ func appendHead(dst []byte, e *Entry, headers []Header) []byte {
 	}
 	n := len("HTTP/1.1 200\r\n")
 	for _, h := range headers {
-		if !isTokenBytes(h.Name) || !headValue(h.Value) {
+		if !cachekey.IsToken(h.Name) || !headValue(h.Value) {
 			return append(dst, 0)
 		}
 		n += len(h.Name) + 2 + len(h.Value) + 2
@@ -388,35 +390,6 @@ func (e *Entry) HeaderList() []Header {
 		out = append(out, Header{Name: k, Value: v})
 	}
 }
-
-// isTokenBytes reports whether b is a non-empty RFC 9110 token. It is
-// proxy's sanitize.go check, copied: the cache imports no other proxy
-// package, and a head is prepared only from names a parser would accept.
-func isTokenBytes(b []byte) bool {
-	if len(b) == 0 {
-		return false
-	}
-	for _, c := range b {
-		if !tokenChars[c] {
-			return false
-		}
-	}
-	return true
-}
-
-var tokenChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
 
 // SetNearCopy makes the encoded entry b (format 3, as DecodeEntry reads
 // it) a near copy in place: kind KindNearCopy, the given stored-at,
