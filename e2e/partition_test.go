@@ -129,6 +129,7 @@ func TestPartition(t *testing.T) {
 
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	cut := load.phase(c.id + " cut off")
+	logAtCut := len(c.shield.stderr.String())
 	lab.setCluster(c.netnsHost, false)
 	detect := lab.waitConverged(a.id+", "+b.id+" without "+c.id, netnsDetect, []*netnsNode{a, b}, []*netnsNode{a, b})
 	load.waitSent(t, netnsRequests)
@@ -138,7 +139,11 @@ func TestPartition(t *testing.T) {
 	healing := load.phase("healed, converging")
 	lab.setCluster(c.netnsHost, true)
 	heal := lab.waitConverged("after the heal", netnsHeal, nodes, nodes)
-	purge.checkAfterHeal(t)
+	logAtHeal := len(c.shield.stderr.String())
+	purge.checkAfterHeal(t, func() []string {
+		log := c.shield.stderr.String()
+		return cacheDrops(log[logAtCut:logAtHeal], log[logAtHeal:])
+	})
 	after := load.phase("after")
 	load.waitSent(t, netnsRequests)
 	load.halt()
@@ -201,11 +206,38 @@ func (l *netnsLab) purgeWhileCut(on, cut *netnsNode) *cutPurge {
 	return cp
 }
 
+// cacheDrops returns the lines of a shield log where the purge sync
+// dropped what the node had fetched (a peer of its view unreachable
+// since it joined it: its purges are unknown), from the cut on, or
+// stopped serving from its cache (a peer that does not have the node in
+// its view, a stall) after the cluster had converged again (before, the
+// gate was open again by convergence). After a partition heals,
+// Consul's view of the cut-off node can flap for a while (its agent
+// re-registers it), and each of these makes a kept entry a miss: trust
+// before efficiency, by design.
+func cacheDrops(sinceCut, sinceConverged string) []string {
+	var lines []string
+	for _, l := range strings.Split(sinceCut+sinceConverged, "\n") {
+		if strings.Contains(l, "everything fetched before now is dropped") {
+			lines = append(lines, l)
+		}
+	}
+	for _, l := range strings.Split(sinceConverged, "\n") {
+		if strings.Contains(l, "not serving from the cache") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
 // checkAfterHeal: once the cluster converged (and synced its purges),
 // no purged key comes back from the node that was cut off, while the
 // keys nobody purged are still its hits — where it owns them, it answers
-// from its own cache, which is what the purges had to reach.
-func (cp *cutPurge) checkAfterHeal(t *testing.T) {
+// from its own cache, which is what the purges had to reach — unless
+// its log says the purge sync dropped or closed its cache meanwhile
+// (drops, read after the check), which makes a kept key a fetch again
+// (never a purged one served).
+func (cp *cutPurge) checkAfterHeal(t *testing.T, drops func() []string) {
 	t.Helper()
 	l, n := cp.lab, cp.cut
 	// An answer relayed from another owner carries that node's
@@ -228,6 +260,7 @@ func (cp *cutPurge) checkAfterHeal(t *testing.T) {
 			ownPurged++
 		}
 	}
+	var refetched []string
 	for _, path := range cp.kept {
 		r, own := get(path)
 		if !own {
@@ -235,13 +268,22 @@ func (cp *cutPurge) checkAfterHeal(t *testing.T) {
 		}
 		ownKept++
 		if v := decode(t, r).N; v != cp.versions[path] || !parseCacheStatus(r.header).hit {
-			t.Errorf("GET %s via %s (its owner) after the heal: version %d (%s), want its own copy %d as a hit", path, n.id, v, r.header.Get("Cache-Status"), cp.versions[path])
+			refetched = append(refetched, fmt.Sprintf("%s: version %d (%s), its own copy was %d", path, v, r.header.Get("Cache-Status"), cp.versions[path]))
 		}
 	}
 	if ownPurged == 0 || ownKept == 0 {
 		t.Errorf("%s owns %d purged and %d kept keys after the heal: the check did not reach its cache", n.id, ownPurged, ownKept)
 	}
-	t.Logf("after the heal %s answered %d purged keys from the origin and %d kept keys from its cache", n.id, ownPurged, ownKept)
+	if len(refetched) > 0 {
+		if d := drops(); len(d) > 0 {
+			t.Logf("%s answered %d kept keys without its own copy, after its purge sync dropped or closed its cache:\n%s\n%s",
+				n.id, len(refetched), strings.Join(refetched, "\n"), strings.Join(d, "\n"))
+		} else {
+			t.Errorf("%s (their owner) answered kept keys after the heal without its own copy as a hit, and its log says nothing dropped its cache:\n%s",
+				n.id, strings.Join(refetched, "\n"))
+		}
+	}
+	t.Logf("after the heal %s answered %d purged keys from the origin and %d kept keys itself (%d not from its copy)", n.id, ownPurged, ownKept, len(refetched))
 }
 
 // startConsulServer starts n's Consul agent as one of three servers that
