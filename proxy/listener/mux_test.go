@@ -48,7 +48,7 @@ func TestMuxRetriesFailedAccept(t *testing.T) {
 	client, server := net.Pipe()
 	defer client.Close()
 	ln := &flakyListener{fails: 2, conn: server, closed: make(chan struct{})}
-	m := newConnMux(ln, nil, time.Second, nil)
+	m := newConnMux(ln, nil, time.Second, newH2Limits(0, 0), nil)
 	ended := make(chan struct{})
 	go func() { m.run(); close(ended) }()
 	go func() { _, _ = client.Write([]byte("GET / HTTP/1.1\r\n\r\n")) }()
@@ -109,12 +109,12 @@ func TestH2ConnIsInert(t *testing.T) {
 func TestRequestAddrs(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "192.0.2.7:4321"
-	if a := remoteAddr(r).String(); a != "192.0.2.7:4321" {
+	if a := remoteAddr(r, nil).String(); a != "192.0.2.7:4321" {
 		t.Fatalf("remoteAddr = %s", a)
 	}
 	r.RemoteAddr = "not an address"
-	if a, ok := remoteAddr(r).(*net.TCPAddr); !ok || a.IP != nil {
-		t.Fatalf("remoteAddr of garbage = %v", remoteAddr(r))
+	if a, ok := remoteAddr(r, nil).(*net.TCPAddr); !ok || a.IP != nil {
+		t.Fatalf("remoteAddr of garbage = %v", remoteAddr(r, nil))
 	}
 	if a, ok := localAddr(r).(*net.TCPAddr); !ok || a.IP != nil {
 		t.Fatalf("localAddr without a connection = %v", localAddr(r))

@@ -37,6 +37,7 @@ type Public struct {
 	h2          *http.Server // nil: HTTP/2 off
 	http2, h2c  bool
 	readTimeout time.Duration
+	h2lim       h2Limits
 	slack       time.Duration // how late a timeout may fire (deadline.go)
 	logger      *slog.Logger
 
@@ -52,6 +53,7 @@ func New(h1 *fasthttp.Server, s config.Server, logger *slog.Logger) *Public {
 	pub := &Public{H1: h1, http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout, logger: logger,
 		slack: coarseSlack(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)}
 	if s.HTTP2 || s.H2C {
+		pub.h2lim = newH2Limits(uint32(s.HTTP2Limits.MaxFrameSize), int(s.MaxHeaderSize))
 		pub.h2 = newH2Server(h1.Handler, h1.ErrorHandler, s, logger)
 	}
 	return pub
@@ -74,9 +76,15 @@ func newH2Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, e
 	return &http.Server{
 		Handler:   &h2Handler{h: h, onError: onError, maxBody: int64(s.MaxBodySize), logger: httpx.SlogPrinter{L: logger}},
 		Protocols: &protos,
-		// The client's address, parsed once per connection.
+		// The client's address, parsed once per connection, and its TLS
+		// state: a filtered TLS connection reaches net/http as a
+		// cleartext one (mux.go), so requests' own TLS field is nil.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, remoteAddrKey{}, c.RemoteAddr())
+			info := &connInfo{remote: c.RemoteAddr()}
+			if f, ok := c.(*h2Filter); ok {
+				info.tls = f.tls
+			}
+			return context.WithValue(ctx, connInfoKey{}, info)
 		},
 		ReadTimeout:    s.ReadTimeout,
 		WriteTimeout:   s.WriteTimeout,
@@ -115,7 +123,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 		}
 		return pub.H1.Serve(coarse(ln, pub.slack))
 	}
-	m := newConnMux(ln, tc, pub.readTimeout, pub.logger)
+	m := newConnMux(ln, tc, pub.readTimeout, pub.h2lim, pub.logger)
 	pub.mu.Lock()
 	pub.mux = m
 	pub.mu.Unlock()
