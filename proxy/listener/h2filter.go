@@ -4,9 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"net"
-	"strings"
 
-	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
 )
 
@@ -91,12 +89,10 @@ type h2Filter struct {
 // h2Block is what Go's framer notes while it decodes a header block
 // (readMetaFrame), and what the filter looks for.
 type h2Block struct {
-	remain     uint32 // header list bytes left
-	sawRegular bool   // a regular field came: no pseudo-field may follow
-	invalid    bool   // a field Go resets the stream for
-	truncated  bool   // over the list bound: Go answers 431
-	malformed  bool   // a connection-specific field, or TE other than trailers
-	te         int
+	remain    uint32 // header list bytes left
+	truncated bool   // over the list bound: Go answers 431
+	malformed bool   // a connection-specific field, or TE other than trailers
+	te        int
 }
 
 func newH2Filter(c net.Conn, state *tls.ConnectionState, lim h2Limits) *h2Filter {
@@ -326,9 +322,8 @@ func (f *h2Filter) headers() {
 		f.blk = h2Block{remain: f.lim.maxHeaderList}
 		f.dec.SetEmitEnabled(true)
 	}
-	// Go ends the connection at a fragment far over the list bound, or at
-	// any fragment after an invalid field.
-	if uint64(len(frag)) > 2*uint64(f.blk.remain) || f.blk.invalid {
+	// Go ends the connection at a fragment far over the list bound.
+	if uint64(len(frag)) > 2*uint64(f.blk.remain) {
 		f.giveUp()
 		return
 	}
@@ -345,7 +340,7 @@ func (f *h2Filter) headers() {
 		f.giveUp()
 		return
 	}
-	if f.blk.malformed && !f.blk.invalid && !f.blk.truncated {
+	if f.blk.malformed && !f.blk.truncated {
 		f.poison(len(frag), remain)
 	}
 }
@@ -355,54 +350,40 @@ func (f *h2Filter) headers() {
 // §8.2.1), which Go answers with a stream error PROTOCOL_ERROR.
 const poisonField = "\x00\x09Malformed\x00"
 
-// poison adds poisonField to the end of the block in f.buf, a frame
-// whose fragment of fragLen bytes Go will decode with remain list bytes
-// left: inside the frame (before its padding) when Go still takes the
-// frame, else in a CONTINUATION frame of its own; if Go would take
-// neither, the frame goes as it is (Go answers 400).
+// poison adds poisonField to the end of the block in f.buf, before the
+// frame's padding, when Go still takes the frame: within its frame size,
+// and its fragment (fragLen bytes, decoded with remain list bytes left)
+// within the bound of Go's readMetaFrame. Otherwise (a frame within 11
+// bytes of the largest) the frame goes as it is and Go answers 400: a
+// CONTINUATION of its own would turn Go's reset of a block with an
+// invalid field into the end of the connection.
 func (f *h2Filter) poison(fragLen int, remain uint32) {
 	b := f.buf
 	n := len(poisonField)
-	o := f.obuf[:0]
-	switch {
-	case uint64(len(b)-frameHeaderLen+n) <= uint64(f.lim.maxFrame) && uint64(fragLen+n) <= 2*uint64(remain):
-		end := len(b)
-		if b[3] == frameHeaders && b[4]&flagPadded != 0 {
-			end -= int(b[frameHeaderLen])
-		}
-		o = append(o, b[:end]...)
-		o = append(o, poisonField...)
-		o = append(o, b[end:]...)
-		setFrameLen(o, len(o)-frameHeaderLen)
-	case uint64(n) <= 2*uint64(f.blk.remain):
-		o = append(o, b...)
-		o[4] &^= flagEndHeaders
-		o = append(o, 0, 0, byte(n), frameContinuation, flagEndHeaders)
-		o = append(o, b[5:9]...)
-		o = append(o, poisonField...)
-	default:
+	if uint64(len(b)-frameHeaderLen+n) > uint64(f.lim.maxFrame) || uint64(fragLen+n) > 2*uint64(remain) {
 		return
 	}
+	end := len(b)
+	if b[3] == frameHeaders && b[4]&flagPadded != 0 {
+		end -= int(b[frameHeaderLen])
+	}
+	o := append(f.obuf[:0], b[:end]...)
+	o = append(o, poisonField...)
+	o = append(o, b[end:]...)
+	setFrameLen(o, len(o)-frameHeaderLen)
 	f.rewrites++
 	f.obuf, f.out = o, o
 }
 
-// emit sees each field Go's framer sees, and notes what it notes.
+// emit sees each field Go's framer sees. It counts the header list as
+// Go does, but does not check names and values as Go does: a block with
+// an invalid field is reset by Go whatever follows it in its last frame,
+// so the poison changes nothing there, and the check would double the
+// filter's cost per request. (Go stops counting at an invalid field:
+// the filter's count is then the larger, so its bounds err on the side
+// of leaving the block as it is.)
 func (f *h2Filter) emit(hf hpack.HeaderField) {
 	b := &f.blk
-	if !httpguts.ValidHeaderFieldValue(hf.Value) {
-		b.invalid = true
-	}
-	if strings.HasPrefix(hf.Name, ":") {
-		b.invalid = b.invalid || b.sawRegular
-	} else {
-		b.sawRegular = true
-		b.invalid = b.invalid || !validWireName(hf.Name)
-	}
-	if b.invalid {
-		f.dec.SetEmitEnabled(false)
-		return
-	}
 	if size := hf.Size(); size > b.remain {
 		f.dec.SetEmitEnabled(false)
 		b.truncated, b.remain = true, 0
@@ -418,17 +399,4 @@ func (f *h2Filter) emit(hf hpack.HeaderField) {
 		b.te++
 		b.malformed = b.malformed || b.te > 1 || hf.Value != "trailers" && hf.Value != ""
 	}
-}
-
-// validWireName: a token without uppercase letters (RFC 9113 §8.2.1).
-func validWireName(v string) bool {
-	if !httpguts.ValidHeaderFieldName(v) {
-		return false
-	}
-	for i := range len(v) {
-		if 'A' <= v[i] && v[i] <= 'Z' {
-			return false
-		}
-	}
-	return true
 }
