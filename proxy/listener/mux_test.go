@@ -7,10 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // flakyListener fails its first Accepts with a transient error (as
@@ -120,3 +125,40 @@ func TestRequestAddrs(t *testing.T) {
 		t.Fatalf("localAddr without a connection = %v", localAddr(r))
 	}
 }
+
+// TestH2CSortsFirstLine: on a listener with h2c, a bad HTTP/1.1 request
+// is still HTTP/1.1 (fasthttp's 400), and a first line that is neither
+// a request line nor the preface — h2spec 3.5's invalid preface — is
+// closed without an answer.
+func TestH2CSortsFirstLine(t *testing.T) {
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true}
+	pub := New(&fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {}, Logger: quiet{}}, s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pub.Serve(ln, nil) }()
+	defer func() { _ = pub.Shutdown() }()
+	for _, tc := range []struct{ send, want string }{
+		{"GET / HTTP/1.1\r\nHost: a\r\nno colon\r\n\r\n", "HTTP/1.1 400 "},
+		{"INVALID CONNECTION PREFACE\r\n\r\n", ""},
+	} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Write([]byte(tc.send))
+		got, err := io.ReadAll(c)
+		_ = c.Close()
+		if err != nil || !strings.HasPrefix(string(got), tc.want) || tc.want == "" && len(got) > 0 {
+			t.Errorf("%q: answered %.40q (%v), want %q", tc.send, got, err, tc.want)
+		}
+	}
+}
+
+// quiet is a fasthttp.Logger that drops what fasthttp logs.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}

@@ -26,7 +26,10 @@ import (
 // fasthttp.RequestCtx and served by the same handler as HTTP/1.1, so no
 // feature exists on one protocol only; the copy costs the HTTP/2 path
 // allocations the HTTP/1.1 hit path does not have, and that path is
-// untouched.
+// untouched. Go's server reads each HTTP/2 connection through a filter
+// (h2filter.go) that makes its answers to two kinds of frames RFC 9113's;
+// a filtered TLS connection reaches net/http as a cleartext one (it
+// serves TLS only on a *tls.Conn), with its TLS state in the context.
 
 // Public is the public listener's servers: fasthttp for HTTP/1.x and,
 // when server.http2 or server.h2c is on, an HTTP/2 server beside it.
