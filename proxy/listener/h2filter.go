@@ -196,6 +196,9 @@ func (f *h2Filter) frame() {
 	}
 	if !f.dead {
 		f.buf = f.buf[:0]
+		if cap(f.buf) > 64<<10 {
+			f.buf = nil // one huge header block is not kept for the connection's life
+		}
 	}
 }
 
