@@ -13,8 +13,11 @@
 // of the directory and nothing else):
 //
 //	public.go  Public, New: the servers, Serve (shared or plain), graceful shutdown
-//	mux.go     sorting accepted connections: TLS ALPN or the h2c preface, replayed bytes
+//	mux.go     sorting accepted connections: TLS ALPN, or the h2c preface or an
+//	           HTTP/1.x request line (else closed), replayed bytes
 //	deadline.go  coarse deadlines: fasthttp's per-request timeouts armed lazily, slack late
 //	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
 //	           answer written back, 103 Early Hints, pooled per-request state
+//	h2filter.go  the read filter before Go's HTTP/2 server: SETTINGS naming a
+//	           setting twice rewritten, malformed request blocks reset
 package listener

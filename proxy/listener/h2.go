@@ -23,9 +23,15 @@ type h2Handler struct {
 	logger  fasthttp.Logger
 }
 
-// remoteAddrKey holds a connection's client address in its requests'
-// context (newH2Server's ConnContext).
-type remoteAddrKey struct{}
+// connInfoKey holds a connection's *connInfo in its requests' context
+// (newH2Server's ConnContext).
+type connInfoKey struct{}
+
+// connInfo is what a request needs of its connection.
+type connInfo struct {
+	remote net.Addr
+	tls    *tls.ConnectionState // nil: cleartext, or a connection Go saw as TLS
+}
 
 // h2Request is what serving one HTTP/2 request takes besides net/http's
 // own objects. It is pooled, as fasthttp.Server pools its RequestCtx: the
@@ -43,10 +49,15 @@ var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
 func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := h2Requests.Get().(*h2Request)
 	ctx := &q.ctx
-	q.conn = h2Conn{w: w, remote: remoteAddr(r), local: localAddr(r), buf: q.conn.buf[:0]}
+	info, _ := r.Context().Value(connInfoKey{}).(*connInfo)
+	q.conn = h2Conn{w: w, remote: remoteAddr(r, info), local: localAddr(r), buf: q.conn.buf[:0]}
 	var c net.Conn = &q.conn
-	if r.TLS != nil {
-		q.tls = h2TLSConn{h2Conn: &q.conn, state: r.TLS}
+	state := r.TLS
+	if state == nil && info != nil {
+		state = info.tls
+	}
+	if state != nil {
+		q.tls = h2TLSConn{h2Conn: &q.conn, state: state}
 		c = &q.tls
 	}
 	ctx.Init2(c, hh.logger, false)
@@ -321,9 +332,9 @@ func (c *h2Conn) SetWriteDeadline(time.Time) error { return nil }
 // remoteAddr is the client's address (X-Forwarded-For, tenant
 // identification, allow-lists): the connection's, else net/http's
 // RemoteAddr parsed.
-func remoteAddr(r *http.Request) net.Addr {
-	if a, ok := r.Context().Value(remoteAddrKey{}).(net.Addr); ok {
-		return a
+func remoteAddr(r *http.Request, info *connInfo) net.Addr {
+	if info != nil && info.remote != nil {
+		return info.remote
 	}
 	ap, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {

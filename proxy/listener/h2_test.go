@@ -29,21 +29,32 @@ import (
 )
 
 // TestReadPreface: a connection is HTTP/2 only when it opens with the
-// whole preface, however it is split; an HTTP/1 request is told apart at
-// its first byte, and every byte read is kept for the server that gets
-// the connection.
+// whole preface, however it is split; otherwise it is HTTP/1 once its
+// first line is an HTTP/1.x request line (or too long, or cut short, to
+// tell: fasthttp answers it), and neither — closed unanswered — when that
+// line is something else. Every byte read is kept for the server that
+// gets the connection.
 func TestReadPreface(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		writes []string
-		h2     bool
+		kind   int
 	}{
-		{"http/1.1", []string{"GET / HTTP/1.1\r\nHost: a\r\n\r\n"}, false},
-		{"short http/1.1", []string{"GET / HTTP/1.0\r\n\r\n"}, false},
-		{"preface and frames", []string{h2Preface + "\x00\x00\x00\x04\x00\x00\x00\x00\x00"}, true},
-		{"preface byte by byte", strings.Split(h2Preface, ""), true},
-		{"PRI method, not the preface", []string{"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"}, false},
-		{"preface cut short", []string{"PRI * HTTP/2.0\r\n"}, false},
+		{"http/1.1", []string{"GET / HTTP/1.1\r\nHost: a\r\n\r\n"}, isH1},
+		{"short http/1.1", []string{"GET / HTTP/1.0\r\n\r\n"}, isH1},
+		{"request line split", []string{"GE", "T / HTT", "P/1.1\r", "\n\r\n"}, isH1},
+		{"empty lines first", []string{"\r\n\r\nGET / HTTP/1.1\r\n\r\n"}, isH1},
+		{"bad field, still HTTP/1.1", []string{"GET / HTTP/1.1\r\nno colon\r\n\r\n"}, isH1},
+		{"bare LF", []string{"GET / HTTP/1.1\nHost: a\n\n"}, isH1},
+		{"request line cut short", []string{"GET / HT"}, isH1},
+		{"line too long to tell", []string{"GET /" + strings.Repeat("a", maxFirstLine)}, isH1},
+		{"preface and frames", []string{h2Preface + "\x00\x00\x00\x04\x00\x00\x00\x00\x00"}, isH2},
+		{"preface byte by byte", strings.Split(h2Preface, ""), isH2},
+		{"PRI method, not the preface", []string{"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"}, isH1},
+		{"preface cut short", []string{"PRI * HTTP/2.0\r\n"}, isH1},
+		{"invalid preface (h2spec 3.5)", []string{"INVALID CONNECTION PREFACE\r\n\r\n"}, notHTTP},
+		{"no version", []string{"GET /\r\n\r\n"}, notHTTP},
+		{"binary", []string{"\x16\x03\x01\x00\x05hello\n"}, notHTTP},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, peer := net.Pipe()
@@ -54,9 +65,9 @@ func TestReadPreface(t *testing.T) {
 				}
 				_ = peer.Close()
 			}()
-			seen, h2, _ := readPreface(c)
-			if h2 != tc.h2 {
-				t.Fatalf("h2 = %v, want %v", h2, tc.h2)
+			seen, kind, _ := readPreface(c)
+			if kind != tc.kind {
+				t.Fatalf("kind = %d, want %d", kind, tc.kind)
 			}
 			rest, _ := io.ReadAll(&replayConn{Conn: c, pending: seen})
 			if got, want := string(rest), strings.Join(tc.writes, ""); got != want {

@@ -7,10 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/shield-proxy/shield/config"
 )
 
 // flakyListener fails its first Accepts with a transient error (as
@@ -48,7 +53,7 @@ func TestMuxRetriesFailedAccept(t *testing.T) {
 	client, server := net.Pipe()
 	defer client.Close()
 	ln := &flakyListener{fails: 2, conn: server, closed: make(chan struct{})}
-	m := newConnMux(ln, nil, time.Second, nil)
+	m := newConnMux(ln, nil, time.Second, newH2Limits(0, 0), nil)
 	ended := make(chan struct{})
 	go func() { m.run(); close(ended) }()
 	go func() { _, _ = client.Write([]byte("GET / HTTP/1.1\r\n\r\n")) }()
@@ -109,14 +114,51 @@ func TestH2ConnIsInert(t *testing.T) {
 func TestRequestAddrs(t *testing.T) {
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
 	r.RemoteAddr = "192.0.2.7:4321"
-	if a := remoteAddr(r).String(); a != "192.0.2.7:4321" {
+	if a := remoteAddr(r, nil).String(); a != "192.0.2.7:4321" {
 		t.Fatalf("remoteAddr = %s", a)
 	}
 	r.RemoteAddr = "not an address"
-	if a, ok := remoteAddr(r).(*net.TCPAddr); !ok || a.IP != nil {
-		t.Fatalf("remoteAddr of garbage = %v", remoteAddr(r))
+	if a, ok := remoteAddr(r, nil).(*net.TCPAddr); !ok || a.IP != nil {
+		t.Fatalf("remoteAddr of garbage = %v", remoteAddr(r, nil))
 	}
 	if a, ok := localAddr(r).(*net.TCPAddr); !ok || a.IP != nil {
 		t.Fatalf("localAddr without a connection = %v", localAddr(r))
 	}
 }
+
+// TestH2CSortsFirstLine: on a listener with h2c, a bad HTTP/1.1 request
+// is still HTTP/1.1 (fasthttp's 400), and a first line that is neither
+// a request line nor the preface — h2spec 3.5's invalid preface — is
+// closed without an answer.
+func TestH2CSortsFirstLine(t *testing.T) {
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true}
+	pub := New(&fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {}, Logger: quiet{}}, s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pub.Serve(ln, nil) }()
+	defer func() { _ = pub.Shutdown() }()
+	for _, tc := range []struct{ send, want string }{
+		{"GET / HTTP/1.1\r\nHost: a\r\nno colon\r\n\r\n", "HTTP/1.1 400 "},
+		{"INVALID CONNECTION PREFACE\r\n\r\n", ""},
+	} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Write([]byte(tc.send))
+		got, err := io.ReadAll(c)
+		_ = c.Close()
+		if err != nil || !strings.HasPrefix(string(got), tc.want) || tc.want == "" && len(got) > 0 {
+			t.Errorf("%q: answered %.40q (%v), want %q", tc.send, got, err, tc.want)
+		}
+	}
+}
+
+// quiet is a fasthttp.Logger that drops what fasthttp logs.
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}

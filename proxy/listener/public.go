@@ -26,7 +26,10 @@ import (
 // fasthttp.RequestCtx and served by the same handler as HTTP/1.1, so no
 // feature exists on one protocol only; the copy costs the HTTP/2 path
 // allocations the HTTP/1.1 hit path does not have, and that path is
-// untouched.
+// untouched. Go's server reads each HTTP/2 connection through a filter
+// (h2filter.go) that makes its answers to two kinds of frames RFC 9113's;
+// a filtered TLS connection reaches net/http as a cleartext one (it
+// serves TLS only on a *tls.Conn), with its TLS state in the context.
 
 // Public is the public listener's servers: fasthttp for HTTP/1.x and,
 // when server.http2 or server.h2c is on, an HTTP/2 server beside it.
@@ -37,6 +40,7 @@ type Public struct {
 	h2          *http.Server // nil: HTTP/2 off
 	http2, h2c  bool
 	readTimeout time.Duration
+	h2lim       h2Limits
 	slack       time.Duration // how late a timeout may fire (deadline.go)
 	logger      *slog.Logger
 
@@ -52,6 +56,7 @@ func New(h1 *fasthttp.Server, s config.Server, logger *slog.Logger) *Public {
 	pub := &Public{H1: h1, http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout, logger: logger,
 		slack: coarseSlack(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)}
 	if s.HTTP2 || s.H2C {
+		pub.h2lim = newH2Limits(uint32(s.HTTP2Limits.MaxFrameSize), int(s.MaxHeaderSize))
 		pub.h2 = newH2Server(h1.Handler, h1.ErrorHandler, s, logger)
 	}
 	return pub
@@ -74,9 +79,15 @@ func newH2Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, e
 	return &http.Server{
 		Handler:   &h2Handler{h: h, onError: onError, maxBody: int64(s.MaxBodySize), logger: httpx.SlogPrinter{L: logger}},
 		Protocols: &protos,
-		// The client's address, parsed once per connection.
+		// The client's address, parsed once per connection, and its TLS
+		// state: a filtered TLS connection reaches net/http as a
+		// cleartext one (mux.go), so requests' own TLS field is nil.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, remoteAddrKey{}, c.RemoteAddr())
+			info := &connInfo{remote: c.RemoteAddr()}
+			if f, ok := c.(*h2Filter); ok {
+				info.tls = f.tls
+			}
+			return context.WithValue(ctx, connInfoKey{}, info)
 		},
 		ReadTimeout:    s.ReadTimeout,
 		WriteTimeout:   s.WriteTimeout,
@@ -115,7 +126,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 		}
 		return pub.H1.Serve(coarse(ln, pub.slack))
 	}
-	m := newConnMux(ln, tc, pub.readTimeout, pub.logger)
+	m := newConnMux(ln, tc, pub.readTimeout, pub.h2lim, pub.logger)
 	pub.mu.Lock()
 	pub.mux = m
 	pub.mu.Unlock()
