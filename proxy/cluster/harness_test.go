@@ -103,9 +103,9 @@ type fakeLocal struct {
 	answer func(ctx *fasthttp.RequestCtx) bool
 	quiet  bool // ServePeer records nothing (benchmarks); ServePeerHit serves as it does
 	// hit, when set, is ServePeerHit's answer (false: answered nothing).
-	hit func(ctx *fasthttp.RequestCtx) bool
+	hit    func(ctx *fasthttp.RequestCtx) bool
 	inline atomic.Int64 // requests ServePeerHit answered
-	size   int  // serveLarge's body size (0: 4096)
+	size   int          // serveLarge's body size (0: 4096)
 }
 
 // http1Head is what ServePeer saw of a forwarded request.

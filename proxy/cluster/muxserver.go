@@ -205,10 +205,7 @@ func (l *peerListener) serveMux(conn net.Conn) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	s := &muxServer{c: c, conn: conn, br: br,
-		sem: make(chan struct{}, muxMaxInflight), work: make(chan *muxTask), done: make(chan struct{}),
-		log: httpx.SlogPrinter{L: c.logger}}
-	s.w = newMuxWriter(conn, writeTimeout(c.timeout), func(error) { s.close() })
+	s := c.newMuxServer(conn, br)
 	l.mu.Lock()
 	select {
 	case <-l.done:
@@ -230,6 +227,16 @@ func (l *peerListener) serveMux(conn net.Conn) {
 	s.w.send(frameHelloOK, 0, ok[:])
 	s.read()
 	s.finish()
+}
+
+// newMuxServer serves conn, whose requests are read from br (its writer
+// runs once started: go s.w.run()).
+func (c *Node) newMuxServer(conn net.Conn, br *bufio.Reader) *muxServer {
+	s := &muxServer{c: c, conn: conn, br: br,
+		sem: make(chan struct{}, muxMaxInflight), work: make(chan *muxTask), done: make(chan struct{}),
+		log: httpx.SlogPrinter{L: c.logger}}
+	s.w = newMuxWriter(conn, writeTimeout(c.timeout), func(error) { s.close() })
+	return s
 }
 
 // drain stops the connection gracefully: its reader stops at once
