@@ -395,7 +395,7 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 		return p.lookup(b, ctx, sc, e)
 	}
 	sc.ckey = appendSiblingKey(sc.ckey[:0], sc.key, rte.comp.name(sc.coding))
-	b, verified := p.cache.GetVerified(b, sc.ckey)
+	b, verified := p.getWhole(b, sc.ckey, sc)
 	if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == cache.KindResponse &&
 		p.cache.Invalidations().Servable(e, ctx.Time()) && e.Classify(e.Age(ctx.Time()), &sc.cc) == stale.Fresh {
 		return b, lkHit
@@ -410,13 +410,16 @@ func (p *Proxy) lookupCoded(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, rte
 		// belongs to this identity entry; else read the identity again.
 		fetchSeq, storedAt := e.FetchSeq, e.StoredAt
 		sc.ckey = appendSiblingKey(sc.ckey[:0], sc.vkey, rte.comp.name(sc.coding))
-		b, verified = p.cache.GetVerified(b, sc.ckey)
+		b, verified = p.getWhole(b, sc.ckey, sc)
 		if len(b) > 0 && p.decode(b, sc.ckey, e, verified) && e.Kind == cache.KindResponse && e.FetchSeq == fetchSeq && e.StoredAt == storedAt {
 			return b, lkHit
 		}
 		if b, lk = p.lookup(b, ctx, sc, e); lk != lkHit {
 			return b, lk
 		}
+	}
+	if sc.memOnly {
+		return b, lkMiss // inline: compressing it now is a worker's job
 	}
 	enc := p.codedSibling(rte, sc.flightKey(), e, sc.coding)
 	if enc == nil {

@@ -32,6 +32,9 @@ const (
 	resRejected                  // refused by admission (429)
 	resPeer                      // answered by the key's owner node
 	numResults
+	// resDeferred: not answered, to be served again (serveRequestAs
+	// inline); never counted.
+	resDeferred = numResults
 )
 
 var resultLabels = [numResults]string{"hit", "miss", "collapsed", "revalidated", "stale", "bypass", "pass", "error", "rejected", "peer"}

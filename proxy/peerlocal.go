@@ -11,9 +11,11 @@ import (
 
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/routing"
+	"github.com/shield-proxy/shield/stale"
 )
 
 // The cluster (proxy/cluster) reaches this node through cluster.Local,
@@ -193,6 +195,38 @@ func newPurge(args url.Values) cluster.PurgeRecord { return cluster.NewPurge(arg
 // ServePeer serves a request another node forwarded, as the key's
 // owner (cluster.Local).
 func (l peerLocal) ServePeer(ctx *fasthttp.RequestCtx) { l.p.serveRequest(ctx, true) }
+
+// ServePeerHit serves a forwarded request when its answer is at hand (a
+// fresh hit from memory) and reports true; else false, having answered
+// nothing (cluster.Local).
+func (l peerLocal) ServePeerHit(ctx *fasthttp.RequestCtx) bool {
+	return l.p.serveRequestAs(ctx, true, true)
+}
+
+// serveInline ends serveRoute for a request ServePeerHit serves: a fresh
+// hit from memory is served as serveLookup serves it (the key's rate and
+// the top-keys view fed as for any request); for anything else —
+// a miss, a stale or large entry, one on disk, a coded sibling still to
+// compress, a read-through — it answers nothing and returns resDeferred.
+func (p *Proxy) serveInline(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, now time.Time, readThrough bool) result {
+	if readThrough {
+		return resDeferred
+	}
+	b := ctx.Response.SwapBody(nil)
+	var e cache.Entry
+	sc.memOnly = true
+	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
+	sc.memOnly = false
+	if lk != lkHit || e.Classify(e.Age(now), &sc.cc) != stale.Fresh {
+		ctx.Response.SwapBody(b[:0])
+		return resDeferred
+	}
+	if c := p.cluster.Load(); c != nil {
+		p.owner(c, sc, true, now)
+	}
+	p.sampleTop(ctx, sc, &e, lk, now)
+	return p.serveLookup(ctx, rt, rte, sc, &e, b, lk, now, false)
+}
 
 // ApplyPurge applies a purge record once (by id) and logs it; applied
 // is false when it had been applied already (cluster.Local).

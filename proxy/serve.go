@@ -62,9 +62,12 @@ type scratch struct {
 	// leave a disk tier entry's body in file (bodyLen bytes from its
 	// offset), or a large memory entry's in pieces.
 	streamOK bool
-	file     *os.File
-	pieces   *cache.PieceReader
-	bodyLen  int64
+	// memOnly: the request is served inline (ServePeerHit): entries are
+	// read from memory only, none of memStreamMin bytes or more.
+	memOnly bool
+	file    *os.File
+	pieces  *cache.PieceReader
+	bodyLen int64
 
 	// ent asks a key's owner for an entry answer and receives it
 	// (peerentry.go).
@@ -81,7 +84,7 @@ func (sc *scratch) reset() {
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
 	sc.coding, sc.present = 0, 0
 	sc.closeStream()
-	sc.streamOK = false
+	sc.streamOK, sc.memOnly = false, false
 }
 
 // peek is h.PeekCanonical(name), skipped when sanitize saw no such field.
@@ -125,6 +128,14 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
 // request another node forwarded: it was admitted there, its tenant comes
 // from the peer protocol, and it is never forwarded again.
 func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
+	p.serveRequestAs(ctx, fromPeer, false)
+}
+
+// serveRequestAs is serveRequest; inline (a forwarded request, served by
+// the multiplexed connection's reader: ServePeerHit) serves only what
+// needs no wait, and reports false, having answered and counted nothing,
+// for any other request.
+func (p *Proxy) serveRequestAs(ctx *fasthttp.RequestCtx, fromPeer, inline bool) (served bool) {
 	rt := p.rt.Load()
 	h := &ctx.Request.Header
 	// Only origin-form targets: shield is a reverse proxy, and an
@@ -133,7 +144,7 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	if uri := h.RequestURI(); len(uri) == 0 || uri[0] != '/' {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, "request target must be a path")
-		return
+		return true
 	}
 	// Host must be host[:port]: anything else (userinfo, paths) is read
 	// differently by routing and by the HTTP client, which could send
@@ -142,25 +153,25 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 	if !plain && !validHost(h.Host()) {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, "invalid Host")
-		return
+		return true
 	}
 	// From here on the request is the one the origin will see (sanitize.go).
 	msg, present := sanitizeHost(ctx, plain)
 	if msg != "" {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, msg)
-		return
+		return true
 	}
 	r, err := rt.table.Resolve(h.Host(), ctx.Request.URI().PathOriginal())
 	if err != nil {
 		p.g.badRequests.Inc()
 		p.generated(ctx, fasthttp.StatusBadRequest, "an encoded slash (%2F) in the path changes its route")
-		return
+		return true
 	}
 	if r == nil {
 		p.g.unrouted.Inc()
 		p.generated(ctx, fasthttp.StatusNotFound, "no route for this host and path")
-		return
+		return true
 	}
 	rte := rt.routes[r.Index]
 	var t *admission.Tenant
@@ -176,17 +187,21 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 			if reason, retryAfter := t.AdmitN(ctx.Time(), rte.cost); reason != admission.None {
 				reject(ctx, t, reason, retryAfter)
 				rte.m.requests[resRejected].Inc()
-				return
+				return true
 			}
 			defer t.Done()
 		}
 	}
-	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer, present)
+	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer, inline, present)
+	if res == resDeferred {
+		return false
+	}
 	rte.m.requests[res].Inc()
 	rte.m.duration.UpdateDuration(ctx.Time())
 	if rt.accessEvery > 0 && p.requests.Add(1)%rt.accessEvery == 0 {
 		p.accessLog(ctx, rte, t, res, fromPeer)
 	}
+	return true
 }
 
 // accessLog writes one sampled request line (off the hit path's
@@ -211,9 +226,14 @@ func (p *Proxy) accessLog(ctx *fasthttp.RequestCtx, rte *route, t *admission.Ten
 }
 
 // serveRoute answers a routed, admitted request and says how.
-func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer bool, present reqFields) result {
+// Inline (serveRequestAs), what it would not answer from memory is
+// resDeferred.
+func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer, inline bool, present reqFields) result {
 	h := &ctx.Request.Header
 	if !h.IsGet() && !h.IsHead() {
+		if inline {
+			return resDeferred
+		}
 		return p.passUnsafe(ctx, rt, rte, t, tid, fromPeer)
 	}
 	sc := scratchPool.Get().(*scratch)
@@ -227,6 +247,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		sc.cc.NoCache = true
 	}
 	if rte.disabled || sc.cc.NoStore || len(ctx.Request.Body()) > 0 {
+		if inline {
+			return resDeferred
+		}
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
@@ -235,6 +258,9 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
 	sc.checked = readThrough
+	if inline {
+		return p.serveInline(ctx, rt, rte, sc, now, readThrough)
+	}
 
 	// Step 4: the key's owner serves it.
 	var forwardTo *routing.Peer
@@ -250,12 +276,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	var e cache.Entry
 	sc.streamOK = forwardTo == nil && !readThrough && (sc.coding == codingIdentityIdx || rte.comp == nil)
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
-	if p.top.Sample() {
-		// One request in topk.DefaultSample feeds the top-keys view;
-		// the others pay one atomic add.
-		hit := lk == lkHit
-		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.Kind == cache.KindNearCopy, now, ctx.Host(), ctx.RequestURI())
-	}
+	p.sampleTop(ctx, sc, &e, lk, now)
 	if forwardTo != nil {
 		var res result
 		var done bool
@@ -264,6 +285,15 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		}
 	}
 	return p.serveLookup(ctx, rt, rte, sc, &e, b, lk, now, readThrough)
+}
+
+// sampleTop feeds one request in topk.DefaultSample to the top-keys
+// view; the others pay one atomic add.
+func (p *Proxy) sampleTop(ctx *fasthttp.RequestCtx, sc *scratch, e *cache.Entry, lk lookupResult, now time.Time) {
+	if p.top.Sample() {
+		hit := lk == lkHit
+		p.top.Add(cachekey.Digest(sc.key), hit, hit && e.Kind == cache.KindNearCopy, now, ctx.Host(), ctx.RequestURI())
+	}
 }
 
 // owner finds the key's owner (step 4) and returns it as forwardTo when

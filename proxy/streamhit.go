@@ -50,7 +50,7 @@ const memStreamMin = 1 << 20
 // or sc.pieces (sc.bodyLen bytes).
 func (p *Proxy) getEntry(b, key []byte, sc *scratch) ([]byte, bool) {
 	if !sc.streamOK {
-		return p.cache.GetVerified(b, key)
+		return p.getWhole(b, key, sc)
 	}
 	b, verified, f, r, n := p.cache.GetVerifiedOrStream(b, key, memStreamMin)
 	if f != nil || r != nil {
@@ -58,6 +58,16 @@ func (p *Proxy) getEntry(b, key []byte, sc *scratch) ([]byte, bool) {
 		sc.file, sc.pieces, sc.bodyLen = f, r, n
 	}
 	return b, verified
+}
+
+// getWhole is the store read of an entry read whole: GetVerified, or for
+// a request served inline (sc.memOnly) its memory-only form — no disk
+// tier, no entry of memStreamMin bytes or more (a worker serves those).
+func (p *Proxy) getWhole(b, key []byte, sc *scratch) ([]byte, bool) {
+	if sc.memOnly {
+		return p.cache.GetVerifiedMem(b, key, memStreamMin)
+	}
+	return p.cache.GetVerified(b, key)
 }
 
 // closeStream closes a body stream the request did not send.

@@ -95,6 +95,13 @@ func (c *Cache) GetVerified(dst, k []byte) (v []byte, verified bool) {
 	return c.getDisk(v, k)
 }
 
+// GetVerifiedMem is GetVerified from memory only, for a reader that must
+// not wait: the disk tier is not looked at, and an entry stored in pieces
+// of max bytes or more is not read; both come back empty, as misses.
+func (c *Cache) GetVerifiedMem(dst, k []byte, max int) (v []byte, verified bool) {
+	return c.s.getMem(dst, k, max)
+}
+
 // GetVerifiedOrFile is GetVerified, except that an entry held by the disk
 // tier comes back as its metadata — a body-less entry encoding, decoded
 // like any other (its Body is empty) — with f open on its file, the body

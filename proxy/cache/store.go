@@ -124,6 +124,16 @@ func (s *store) getVerified(dst, k []byte) (v []byte, verified bool) {
 	return s.resolve(s.c.Get(dst[:0], k), k)
 }
 
+// getMem is getVerified of an entry below max bytes: one stored in
+// pieces of max bytes or more is not read (v comes back empty).
+func (s *store) getMem(dst, k []byte, max int) (v []byte, verified bool) {
+	v = s.c.Get(dst[:0], k)
+	if m, ok := parseChunkMeta(v); ok && m.total >= uint64(max) {
+		return v[:0], false
+	}
+	return s.resolve(v, k)
+}
+
 // resolve is getVerified of v, the value fastcache holds under k: a small
 // value without its trailer, or the pieces a chunk meta names.
 func (s *store) resolve(v, k []byte) ([]byte, bool) {

@@ -90,6 +90,14 @@ type Local interface {
 	// ServePeer serves a request another node forwarded (or read
 	// through) as the key's owner: no admission, no forwarding again.
 	ServePeer(ctx *fasthttp.RequestCtx)
+	// ServePeerHit serves a forwarded request as ServePeer does when its
+	// answer is at hand — a fresh hit from memory — and reports true.
+	// Otherwise it reports false having answered nothing, and the
+	// caller serves the request again with ServePeer (ctx is spent: the
+	// request is decoded afresh). It never waits (no origin, no disk,
+	// no other request's fetch): the owner's multiplexed reader calls
+	// it before it reads the connection's next request.
+	ServePeerHit(ctx *fasthttp.RequestCtx) bool
 	// Purge applies a purge's arguments here, without logging it (a
 	// purge from a node that gives no id, or an overflow meant for this
 	// node alone).

@@ -34,8 +34,10 @@
 //	              its framing, request and answer payloads, limits
 //	muxwriter.go  a connection's batched writer (many frames per write)
 //	muxserver.go  the owner's side: the peer listener sorting HTTP from
-//	              mux connections (Listener), hello, requests served by
-//	              Local.ServePeer on pooled RequestCtxs
+//	              mux connections (Listener), hello, requests served on
+//	              pooled RequestCtxs: fresh hits by the reader itself
+//	              (Local.ServePeerHit), their answers written together,
+//	              the others by workers (Local.ServePeer)
 //	muxclient.go  the edge's side: one connection per peer, dialled in
 //	              the background, requests matched to answers by id
 //	muxheads.go   the edge's decoded answer heads, reused while an

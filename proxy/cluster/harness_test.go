@@ -101,8 +101,11 @@ type fakeLocal struct {
 	// answer, when set and it returns true, has answered the request
 	// itself (after before): ServePeer records it and adds nothing.
 	answer func(ctx *fasthttp.RequestCtx) bool
-	quiet  bool // ServePeer records nothing (benchmarks)
-	size   int  // serveLarge's body size (0: 4096)
+	quiet  bool // ServePeer records nothing (benchmarks); ServePeerHit serves as it does
+	// hit, when set, is ServePeerHit's answer (false: answered nothing).
+	hit    func(ctx *fasthttp.RequestCtx) bool
+	inline atomic.Int64 // requests ServePeerHit answered
+	size   int          // serveLarge's body size (0: 4096)
 }
 
 // http1Head is what ServePeer saw of a forwarded request.
@@ -146,6 +149,23 @@ func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ctx.SetBodyString("served by " + l.id + " " + string(h.RequestURI()))
+}
+
+// ServePeerHit answers what hit answers, or, quiet, every request as
+// ServePeer; nothing otherwise (the owner's worker calls ServePeer).
+func (l *fakeLocal) ServePeerHit(ctx *fasthttp.RequestCtx) bool {
+	switch {
+	case l.hit != nil:
+		if !l.hit(ctx) {
+			return false
+		}
+	case l.quiet:
+		l.ServePeer(ctx)
+	default:
+		return false
+	}
+	l.inline.Add(1)
+	return true
 }
 
 func (l *fakeLocal) Purge(args url.Values) (PurgeResult, error) {

@@ -85,6 +85,9 @@ const (
 	// muxMaxQueued bounds the bytes a connection's writer holds: a
 	// slow reader blocks the writers instead of growing the queue.
 	muxMaxQueued = 4 << 20
+	// muxHoldMax bounds the answers the owner's reader holds unwritten
+	// while it serves the requests already read (muxWriter.hold).
+	muxHoldMax = 32 << 10
 )
 
 // Flags of a request.

@@ -584,11 +584,23 @@ func FuzzMuxFrame(f *testing.F) {
 
 // TestMuxSlowReader: an edge that sends requests and reads no answer
 // cannot make the owner serve (and hold) more than its in-flight limit
-// and queue allow; once it reads, every request is answered.
+// and queue allow, whether workers or the reader itself (inline) serve
+// them; once it reads, every request is answered.
 func TestMuxSlowReader(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		t.Run(fmt.Sprint("inline=", inline), func(t *testing.T) { testMuxSlowReader(t, inline) })
+	}
+}
+
+func testMuxSlowReader(t *testing.T, inline bool) {
 	const size, n = 64 << 10, 1500
 	s := muxSetup(nil, nil)
-	s.local = func(l *fakeLocal) { l.serveLarge, l.size = true, size }
+	s.local = func(l *fakeLocal) {
+		l.serveLarge, l.size = true, size
+		if inline {
+			l.hit = func(ctx *fasthttp.RequestCtx) bool { l.ServePeer(ctx); return true }
+		}
+	}
 	h := newHarness(t, s, "a", "b")
 	a, b := h.node("a"), h.node("b")
 	conn, br := rawMux(t, h, b, a.ip, testSecret)
@@ -632,7 +644,7 @@ func TestMuxSlowReader(t *testing.T) {
 	if got := served(); got > bound || got >= n {
 		t.Fatalf("owner served %d of %d requests to an edge reading nothing, want ≤ %d", got, n, bound)
 	}
-	t.Logf("served %d of %d before the edge read (bound %d)", served(), n, bound)
+	t.Logf("served %d of %d before the edge read (bound %d, %d inline)", served(), n, bound, b.local.inline.Load())
 	answered := 0
 	buf := make([]byte, 0, size+1024)
 	for answered < n {
@@ -645,6 +657,9 @@ func TestMuxSlowReader(t *testing.T) {
 			t.Fatalf("frame %+v", fh)
 		}
 		answered++
+	}
+	if inline && b.local.inline.Load() != n {
+		t.Errorf("%d of %d served inline", b.local.inline.Load(), n)
 	}
 }
 

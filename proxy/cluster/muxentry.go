@@ -54,7 +54,7 @@ func AnswerEntry(ctx *fasthttp.RequestCtx, entry []byte, now time.Time) bool {
 	q = appendFrameHeader(q, frameEntry, t.id, uint32(8+len(entry)))
 	q = binary.BigEndian.AppendUint64(q, uint64(now.UnixNano()))
 	q = append(q, entry...)
-	t.s.w.end(q)
+	t.end(q)
 	t.answered = true
 	return true
 }

@@ -205,10 +205,7 @@ func (l *peerListener) serveMux(conn net.Conn) {
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
-	s := &muxServer{c: c, conn: conn, br: br,
-		sem: make(chan struct{}, muxMaxInflight), work: make(chan *muxTask), done: make(chan struct{}),
-		log: httpx.SlogPrinter{L: c.logger}}
-	s.w = newMuxWriter(conn, writeTimeout(c.timeout), func(error) { s.close() })
+	s := c.newMuxServer(conn, br)
 	l.mu.Lock()
 	select {
 	case <-l.done:
@@ -230,6 +227,16 @@ func (l *peerListener) serveMux(conn net.Conn) {
 	s.w.send(frameHelloOK, 0, ok[:])
 	s.read()
 	s.finish()
+}
+
+// newMuxServer serves conn, whose requests are read from br (its writer
+// runs once started: go s.w.run()).
+func (c *Node) newMuxServer(conn net.Conn, br *bufio.Reader) *muxServer {
+	s := &muxServer{c: c, conn: conn, br: br,
+		sem: make(chan struct{}, muxMaxInflight), work: make(chan *muxTask), done: make(chan struct{}),
+		log: httpx.SlogPrinter{L: c.logger}}
+	s.w = newMuxWriter(conn, writeTimeout(c.timeout), func(error) { s.close() })
+	return s
 }
 
 // drain stops the connection gracefully: its reader stops at once
@@ -283,12 +290,23 @@ func (s *muxServer) close() {
 	})
 }
 
-// read reads request frames and hands each to a worker, at most
-// muxMaxInflight at once: beyond that it stops reading, so an edge
-// cannot make the owner hold more.
+// read reads request frames and serves them. A request whose answer is
+// at hand (Local.ServePeerHit: a fresh hit from memory) is served here,
+// inline, its answer held in the writer's queue; every other is handed
+// to a worker, so that one waiting for its origin never holds up the
+// connection's other requests. The answers held are written at once
+// when no further whole request is buffered (before the reader could
+// wait), so that a batch of requests read together is answered with one
+// write and no goroutine hand-off. At most muxMaxInflight requests are
+// with workers: beyond that it stops reading, so an edge cannot make the
+// owner hold more.
 func (s *muxServer) read() {
+	defer s.w.flush()
 	var hdr [frameHeaderLen]byte
 	for {
+		if !s.frameBuffered() {
+			s.w.flush()
+		}
 		t := muxTaskPool.Get().(*muxTask)
 		h, buf, err := readFrame(s.br, &hdr, t.buf, muxMaxRequest)
 		t.buf = buf
@@ -299,20 +317,50 @@ func (s *muxServer) read() {
 			}
 			return
 		}
+		t.s, t.id = s, h.id
+		s.lastID.Store(h.id)
+		if t.serveInline() {
+			continue
+		}
+		if !s.toWorker(t) {
+			return
+		}
+	}
+}
+
+// frameBuffered reports whether a whole frame is buffered: reading it
+// will not wait.
+func (s *muxServer) frameBuffered() bool {
+	n := s.br.Buffered()
+	if n < frameHeaderLen {
+		return false
+	}
+	b, _ := s.br.Peek(frameHeaderLen)
+	return uint64(n-frameHeaderLen) >= uint64(binary.BigEndian.Uint32(b[5:9]))
+}
+
+// toWorker hands t to a worker once fewer than muxMaxInflight are at
+// work (the answers held are written before waiting); false when the
+// connection closed meanwhile.
+func (s *muxServer) toWorker(t *muxTask) bool {
+	select {
+	case s.sem <- struct{}{}:
+	default:
+		s.w.flush()
 		select {
 		case s.sem <- struct{}{}:
 		case <-s.done:
+			t.s = nil
 			muxTaskPool.Put(t)
-			return
-		}
-		t.s, t.id = s, h.id
-		s.lastID.Store(h.id)
-		select {
-		case s.work <- t:
-		default:
-			go s.worker(t)
+			return false
 		}
 	}
+	select {
+	case s.work <- t:
+	default:
+		go s.worker(t)
+	}
+	return true
 }
 
 // muxWorkerIdle is how long a worker waits for its next request.
@@ -349,6 +397,8 @@ type muxTask struct {
 	// entry: the edge takes an entry answer (reqFlagEntry); answered:
 	// the handler sent one (AnswerEntry), its response is not sent.
 	entry, answered bool
+	// inline: served by the connection's reader, its frames held (end).
+	inline bool
 }
 
 var muxTaskPool = sync.Pool{New: func() any {
@@ -373,7 +423,7 @@ func (c *muxTaskConn) Write(b []byte) (int, error) {
 	}
 	c.buf = append(c.buf, b...)
 	if bytes.HasSuffix(c.buf, []byte("\r\n\r\n")) {
-		t.s.w.send(frameHints, t.id, c.buf)
+		t.send(frameHints, c.buf)
 		c.buf = c.buf[:0]
 	} else if len(c.buf) > httpx.MaxInterimHead {
 		c.buf = c.buf[:0]
@@ -387,9 +437,30 @@ func (c *muxTaskConn) SetDeadline(time.Time) error      { return nil }
 func (c *muxTaskConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *muxTaskConn) SetWriteDeadline(time.Time) error { return nil }
 
-// serve serves the task's request and queues its answer, then returns
-// the task to its pool.
-func (t *muxTask) serve() {
+// end stores the queue the writer's begin returned, with the task's
+// frames appended: held unwritten when the reader serves it (the reader
+// flushes), else written as any sender's.
+func (t *muxTask) end(q []byte) {
+	if t.inline {
+		t.s.w.hold(q)
+	} else {
+		t.s.w.end(q)
+	}
+}
+
+// send queues one frame of the task's (end).
+func (t *muxTask) send(typ byte, payload []byte) {
+	q, ok := t.s.w.begin()
+	if !ok {
+		return
+	}
+	q = appendFrameHeader(q, typ, t.id, uint32(len(payload)))
+	t.end(append(q, payload...))
+}
+
+// start readies the task's RequestCtx and decodes its request into it;
+// false (an error frame sent) when the frame does not decode.
+func (t *muxTask) start() bool {
 	s := t.s
 	ctx := &t.ctx
 	t.conn.Conn = s.conn
@@ -402,35 +473,73 @@ func (t *muxTask) serve() {
 	t.hints = flags&reqFlagHints != 0
 	t.entry, t.answered = flags&reqFlagEntry != 0, false
 	if err != nil {
-		s.w.send(frameError, t.id, []byte{errCodeFailed})
-	} else {
-		s.c.serveMuxRequest(ctx)
-		if !t.answered {
-			s.answer(t.id, ctx)
-		}
+		t.send(frameError, []byte{errCodeFailed})
+		return false
 	}
+	return true
+}
+
+// reset clears what serving the task left in it.
+func (t *muxTask) reset() {
 	t.hints, t.entry, t.answered = false, false, false
-	t.s = nil
 	t.conn.Conn = nil
+	ctx := &t.ctx
 	ctx.Request.Reset()
 	ctx.Response.Reset()
 	ctx.ResetUserValues()
+}
+
+// serve serves the task's request and queues its answer, then returns
+// the task to its pool.
+func (t *muxTask) serve() {
+	if t.start() {
+		t.s.c.serveMuxRequest(&t.ctx, false)
+		if !t.answered {
+			t.s.answer(t, &t.ctx)
+		}
+	}
+	t.reset()
+	t.s = nil
 	muxTaskPool.Put(t)
+}
+
+// serveInline serves the task's request on the connection's reader when
+// its answer is at hand (serveMuxRequest inline), its frames held, and
+// returns the task to its pool. Otherwise it reports false, having sent
+// nothing: a worker serves the task, decoding its request again.
+func (t *muxTask) serveInline() bool {
+	t.inline = true
+	served := true
+	if t.start() {
+		served = t.s.c.serveMuxRequest(&t.ctx, true)
+		if served && !t.answered {
+			t.s.answer(t, &t.ctx)
+		}
+	}
+	t.inline = false
+	t.reset()
+	if served {
+		t.s = nil
+		muxTaskPool.Put(t)
+	}
+	return served
 }
 
 // serveMuxRequest serves one forwarded request as PeerHandler serves a
 // client's: the caller's address (the secret was the hello's), then the
-// generation (421 with ours), then Local.ServePeer. An answer without
-// Date is dated when it is framed (appendResponse). It never reaches the
-// peer protocol's endpoints (purges, hand-offs): those stay on HTTP.
-func (c *Node) serveMuxRequest(ctx *fasthttp.RequestCtx) {
+// generation (421 with ours), then Local.ServePeer — or, inline, only
+// when Local.ServePeerHit has the answer at hand: it reports false
+// otherwise, having answered nothing. An answer without Date is dated
+// when it is framed (appendResponse). It never reaches the peer
+// protocol's endpoints (purges, hand-offs): those stay on HTTP.
+func (c *Node) serveMuxRequest(ctx *fasthttp.RequestCtx, inline bool) bool {
 	var ipBuf [64]byte
 	if !c.peers.Load().allowed[string(appendRemoteIP(ipBuf[:0], ctx))] {
 		c.forbidden.Inc()
 		ctx.SetStatusCode(fasthttp.StatusForbidden)
 		ctx.Response.Header.SetBytesKV(hShieldGeneration, []byte("0"))
 		ctx.SetBodyString("forbidden\n")
-		return
+		return true
 	}
 	v := c.m.View()
 	gen, err := strconv.ParseUint(string(ctx.Request.Header.PeekBytes(hShieldGeneration)), 10, 64)
@@ -440,15 +549,19 @@ func (c *Node) serveMuxRequest(ctx *fasthttp.RequestCtx) {
 		var num [20]byte
 		ctx.Response.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(num[:0], v.Current.Generation(), 10))
 		ctx.SetBodyString("misdirected: generation mismatch\n")
-		return
+		return true
+	}
+	if inline {
+		return c.local.ServePeerHit(ctx)
 	}
 	c.local.ServePeer(ctx)
+	return true
 }
 
-// answer queues ctx's answer to request id. A streamed body is read
+// answer queues ctx's answer to t's request. A streamed body is read
 // here, up to MaxBody: a larger one is refused (the edge serves the
 // request itself, as when the HTTP path's body is over its limit).
-func (s *muxServer) answer(id uint32, ctx *fasthttp.RequestCtx) {
+func (s *muxServer) answer(t *muxTask, ctx *fasthttp.RequestCtx) {
 	resp := &ctx.Response
 	var body []byte
 	if resp.IsBodyStream() {
@@ -462,7 +575,7 @@ func (s *muxServer) answer(id uint32, ctx *fasthttp.RequestCtx) {
 			if errors.Is(err, errFrameTooLarge) {
 				code = errCodeTooLarge
 			}
-			s.w.send(frameError, id, []byte{code})
+			t.send(frameError, []byte{code})
 			return
 		}
 		body = b
@@ -470,7 +583,7 @@ func (s *muxServer) answer(id uint32, ctx *fasthttp.RequestCtx) {
 		body = resp.Body()
 	}
 	if s.c.opts.MaxBody > 0 && len(body) > s.c.opts.MaxBody {
-		s.w.send(frameError, id, []byte{errCodeTooLarge})
+		t.send(frameError, []byte{errCodeTooLarge})
 		return
 	}
 	q, ok := s.w.begin()
@@ -478,10 +591,10 @@ func (s *muxServer) answer(id uint32, ctx *fasthttp.RequestCtx) {
 		return
 	}
 	start := len(q)
-	q = appendFrameHeader(q, frameResponse, id, 0)
+	q = appendFrameHeader(q, frameResponse, t.id, 0)
 	q = appendResponse(q, resp, body, ctx.IsHead())
 	binary.BigEndian.PutUint32(q[start+5:start+9], uint32(len(q)-start-frameHeaderLen))
-	s.w.end(q)
+	t.end(q)
 }
 
 // readLimited appends r's bytes to dst, failing with errFrameTooLarge

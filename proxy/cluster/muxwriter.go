@@ -72,6 +72,38 @@ func (w *muxWriter) end(q []byte) {
 	// Let the senders that are runnable queue theirs first: one write
 	// then carries them all.
 	runtime.Gosched()
+	w.writeQueued()
+}
+
+// hold stores the queue begin returned, with frames appended, without
+// writing it unless it holds muxHoldMax bytes or more: the owner's
+// reader queues the answers it serves itself (inline) this way and
+// writes them all at once (flush) before it would wait for more
+// requests. Frames held are also written by the next sender's end.
+func (w *muxWriter) hold(q []byte) {
+	if len(q) >= muxHoldMax {
+		w.end(q)
+		return
+	}
+	w.q = q
+	w.mu.Unlock()
+}
+
+// flush writes what is queued when nobody is writing.
+func (w *muxWriter) flush() {
+	w.mu.Lock()
+	if w.busy || w.closed || len(w.q) == 0 {
+		w.mu.Unlock()
+		return
+	}
+	w.busy = true
+	w.mu.Unlock()
+	w.writeQueued()
+}
+
+// writeQueued writes the queue, by the writer at work (busy); what was
+// queued meanwhile is handed to the writing goroutine.
+func (w *muxWriter) writeQueued() {
 	if !w.write() {
 		return
 	}
