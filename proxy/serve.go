@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -62,7 +61,7 @@ type scratch struct {
 	// leave a disk tier entry's body in file (bodyLen bytes from its
 	// offset), or a large memory entry's in pieces.
 	streamOK bool
-	file     *os.File
+	file     *cache.DiskBody
 	pieces   *cache.PieceReader
 	bodyLen  int64
 

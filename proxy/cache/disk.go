@@ -86,6 +86,7 @@ type diskItem struct {
 	fetchSeq   int64
 	vary       bool // a vary marker (never compared by newer-fetch-wins)
 	verified   bool // written by this process, or checked in full since
+	open       *diskOpen // the file held open (diskopen.go), or nil
 	prev, next *diskItem
 }
 
@@ -104,6 +105,10 @@ type disk struct {
 	items map[uint64]*diskItem
 	lru   diskItem // sentinel: lru.next is the most recently used
 	used  int64
+	// opened holds the items whose files are kept open (diskopen.go), a
+	// ring: openNext is the next slot taken, closing its holder's file.
+	opened   []*diskItem
+	openNext int
 
 	// faults, when set (Cache.SetDiskFault, tests), fails disk fill
 	// operations it returns an error for.
@@ -527,6 +532,7 @@ func (d *disk) dropLocked(digest uint64, unlink bool) {
 		return
 	}
 	delete(d.items, digest)
+	d.forgetOpenLocked(it)
 	it.prev.next, it.next.prev = it.next, it.prev
 	it.prev, it.next = nil, nil
 	d.used -= it.size
@@ -564,36 +570,58 @@ func (d *disk) stored(digest uint64) (ok bool, fetchSeq int64, vary bool) {
 	return true, it.fetchSeq, it.vary
 }
 
-// touch marks digest as used and says whether its file is known intact.
-func (d *disk) touch(digest uint64) (ok, verified bool) {
+// open returns key's file, open, and its metadata in buf (see readMeta):
+// the body is bodyLen bytes at off. The caller releases h. A file held
+// open (diskopen.go) costs no syscall; another is opened, checked, and
+// kept open. A file that does not check is removed and is a miss.
+func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, meta []byte, off, bodyLen int64, ok bool) {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	it := d.items[digest]
 	if it == nil {
-		return false, false
-	}
-	it.prev.next, it.next.prev = it.next, it.prev
-	d.pushFront(it)
-	return true, it.verified
-}
-
-func (d *disk) setVerified(digest uint64) {
-	d.mu.Lock()
-	if it := d.items[digest]; it != nil {
-		it.verified = true
-	}
-	d.mu.Unlock()
-}
-
-// open opens key's file and reads its metadata into buf (see readMeta):
-// the file is positioned nowhere in particular; the body is bodyLen bytes
-// at off. A file that does not check is removed and is a miss.
-func (d *disk) open(key, buf []byte, digest uint64, e *Entry) (f *os.File, meta []byte, off, bodyLen int64, ok bool) {
-	present, verified := d.touch(digest)
-	if !present {
+		d.mu.Unlock()
 		d.misses.Add(1)
 		return nil, buf, 0, 0, false
 	}
+	it.prev.next, it.next.prev = it.next, it.prev
+	d.pushFront(it)
+	if o := it.open; o != nil {
+		if string(o.key) != string(key) {
+			d.mu.Unlock()
+			d.misses.Add(1) // another key of the same digest
+			return nil, buf, 0, 0, false
+		}
+		o.h.refs.Add(1)
+		meta = append(buf[:0], o.meta...)
+		off, bodyLen = o.bodyOff, o.len
+		d.mu.Unlock()
+		d.hits.Add(1)
+		return o.h, meta, off, bodyLen, true
+	}
+	verified := it.verified
+	d.mu.Unlock()
+	f, meta, off, bodyLen, ok := d.openFile(key, buf, digest, verified)
+	if !ok {
+		return nil, meta, 0, 0, false
+	}
+	h = newDiskFD(f, 1)
+	d.mu.Lock()
+	// Kept open only when the index still holds the file opened: under
+	// mu, an item replaced or dropped meanwhile is no longer items'.
+	if d.items[digest] == it {
+		it.verified = true
+		if it.open == nil {
+			d.keepOpenLocked(it, h, key, meta, off, bodyLen)
+		}
+	}
+	d.mu.Unlock()
+	d.hits.Add(1)
+	return h, meta, off, bodyLen, true
+}
+
+// openFile opens key's file, checks it (in full unless verified) and
+// reads its metadata into buf. A file that does not check is removed and
+// is a miss.
+func (d *disk) openFile(key, buf []byte, digest uint64, verified bool) (f *os.File, meta []byte, off, bodyLen int64, ok bool) {
 	f, err := os.Open(d.path(digest))
 	if err != nil {
 		// Evicted or replaced meanwhile (a miss), removed by someone
@@ -621,7 +649,8 @@ func (d *disk) open(key, buf []byte, digest uint64, e *Entry) (f *os.File, meta 
 		}
 	}
 	if err == nil {
-		meta, _, off, bodyLen, ok = readMeta(f, size, digest, key, buf, e)
+		var e Entry
+		meta, _, off, bodyLen, ok = readMeta(f, size, digest, key, buf, &e)
 		if !ok {
 			err = ErrCorrupt
 		}
@@ -638,10 +667,6 @@ func (d *disk) open(key, buf []byte, digest uint64, e *Entry) (f *os.File, meta 
 		d.mu.Unlock()
 		return nil, meta, 0, 0, false
 	}
-	if !verified {
-		d.setVerified(digest)
-	}
-	d.hits.Add(1)
 	return f, meta, off, bodyLen, true
 }
 
