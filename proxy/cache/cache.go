@@ -116,16 +116,16 @@ func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verifi
 	if len(v) > 0 || c.d == nil {
 		return v, verified, nil, r, bodyLen
 	}
-	h, meta, off, n, ok := c.d.open(k, v[:0], cachekey.Digest(k))
+	h, head, meta, off, n, ok := c.d.open(k, v[:0], cachekey.Digest(k))
 	if !ok {
 		return meta[:0], false, nil, nil, 0
 	}
-	return meta, true, &DiskBody{h: h, off: off, n: n}, nil, n
+	return meta, true, &DiskBody{h: h, head: head, start: off, off: off, n: n}, nil, n
 }
 
 // getDisk reads k's entry from the disk tier into dst.
 func (c *Cache) getDisk(dst, k []byte) ([]byte, bool) {
-	h, meta, off, n, ok := c.d.open(k, nil, cachekey.Digest(k))
+	h, head, meta, off, n, ok := c.d.open(k, nil, cachekey.Digest(k))
 	if !ok {
 		return dst[:0], false
 	}
@@ -138,7 +138,8 @@ func (c *Cache) getDisk(dst, k []byte) ([]byte, bool) {
 		dst = make([]byte, 0, encLen)
 	}
 	dst = dst[:encLen]
-	if _, err := h.f.ReadAt(dst[:n], off); err != nil {
+	copy(dst, head)
+	if _, err := h.f.ReadAt(dst[len(head):n], off+int64(len(head))); err != nil {
 		c.d.fail("read", err)
 		return dst[:0], false
 	}

@@ -84,8 +84,8 @@ type diskItem struct {
 	digest     uint64
 	size       int64 // file size
 	fetchSeq   int64
-	vary       bool // a vary marker (never compared by newer-fetch-wins)
-	verified   bool // written by this process, or checked in full since
+	vary       bool      // a vary marker (never compared by newer-fetch-wins)
+	verified   bool      // written by this process, or checked in full since
 	open       *diskOpen // the file held open (diskopen.go), or nil
 	prev, next *diskItem
 }
@@ -571,16 +571,18 @@ func (d *disk) stored(digest uint64) (ok bool, fetchSeq int64, vary bool) {
 }
 
 // open returns key's file, open, and its metadata in buf (see readMeta):
-// the body is bodyLen bytes at off. The caller releases h. A file held
-// open (diskopen.go) costs no syscall; another is opened, checked, and
-// kept open. A file that does not check is removed and is a miss.
-func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, meta []byte, off, bodyLen int64, ok bool) {
+// the body is bodyLen bytes at off, its first len(head) bytes also in
+// head (nil when the file is not kept open). The caller releases h. A
+// file held open (diskopen.go) costs no syscall; another is opened,
+// checked, and kept open. A file that does not check is removed and is
+// a miss.
+func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, head, meta []byte, off, bodyLen int64, ok bool) {
 	d.mu.Lock()
 	it := d.items[digest]
 	if it == nil {
 		d.mu.Unlock()
 		d.misses.Add(1)
-		return nil, buf, 0, 0, false
+		return nil, nil, buf, 0, 0, false
 	}
 	it.prev.next, it.next.prev = it.next, it.prev
 	d.pushFront(it)
@@ -588,34 +590,37 @@ func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, meta []byte, off
 		if string(o.key) != string(key) {
 			d.mu.Unlock()
 			d.misses.Add(1) // another key of the same digest
-			return nil, buf, 0, 0, false
+			return nil, nil, buf, 0, 0, false
 		}
 		o.h.refs.Add(1)
 		meta = append(buf[:0], o.meta...)
-		off, bodyLen = o.bodyOff, o.len
 		d.mu.Unlock()
 		d.hits.Add(1)
-		return o.h, meta, off, bodyLen, true
+		return o.h, o.head, meta, o.bodyOff, o.len, true
 	}
 	verified := it.verified
 	d.mu.Unlock()
 	f, meta, off, bodyLen, ok := d.openFile(key, buf, digest, verified)
 	if !ok {
-		return nil, meta, 0, 0, false
+		return nil, nil, meta, 0, 0, false
 	}
 	h = newDiskFD(f, 1)
+	head = make([]byte, min(bodyLen, diskHeadLen))
+	if _, err := f.ReadAt(head, off); err != nil {
+		head = nil
+	}
 	d.mu.Lock()
 	// Kept open only when the index still holds the file opened: under
 	// mu, an item replaced or dropped meanwhile is no longer items'.
 	if d.items[digest] == it {
 		it.verified = true
-		if it.open == nil {
-			d.keepOpenLocked(it, h, key, meta, off, bodyLen)
+		if it.open == nil && head != nil {
+			d.keepOpenLocked(it, h, key, meta, head, off, bodyLen)
 		}
 	}
 	d.mu.Unlock()
 	d.hits.Add(1)
-	return h, meta, off, bodyLen, true
+	return h, head, meta, off, bodyLen, true
 }
 
 // openFile opens key's file, checks it (in full unless verified) and

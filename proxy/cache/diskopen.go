@@ -28,7 +28,15 @@ import (
 // a DiskBody reads with pread (ReadAt) and hands its section (descriptor,
 // offset, length) to the connection, whose sendfile names the offset
 // (proxy/listener's deadline.go).
-const diskOpenMax = 4096 // descriptors kept open; beyond, the oldest is closed
+//
+// The body's first diskHeadLen bytes are kept in memory with the
+// descriptor: fasthttp fills its write buffer behind the response head
+// from the body stream before the rest is handed to sendfile, and that
+// much comes from head instead of a pread (a syscall less per hit).
+const (
+	diskOpenMax = 4096 // descriptors kept open; beyond, the oldest is closed
+	diskHeadLen = 4096 // body bytes kept in memory per open file
+)
 
 // diskFD is an open file shared by the index and the hits reading it.
 type diskFD struct {
@@ -54,16 +62,16 @@ func (h *diskFD) release() {
 // the file's key, its entry metadata (a body-less entry encoding) and
 // where the body is.
 type diskOpen struct {
-	h            *diskFD
-	key, meta    []byte
-	bodyOff, len int64
-	slot         int // in disk.opened
+	h               *diskFD
+	key, meta, head []byte
+	bodyOff, len    int64
+	slot            int // in disk.opened
 }
 
 // keepOpenLocked records h (opened for it, its metadata checked) as it's
 // open file, taking one reference for the index, closing the oldest kept
 // descriptor when diskOpenMax are open.
-func (d *disk) keepOpenLocked(it *diskItem, h *diskFD, key, meta []byte, off, n int64) {
+func (d *disk) keepOpenLocked(it *diskItem, h *diskFD, key, meta, head []byte, off, n int64) {
 	if d.opened == nil {
 		d.opened = make([]*diskItem, diskOpenMax)
 	}
@@ -73,7 +81,7 @@ func (d *disk) keepOpenLocked(it *diskItem, h *diskFD, key, meta []byte, off, n 
 		d.forgetOpenLocked(old)
 	}
 	h.refs.Add(1)
-	it.open = &diskOpen{h: h, key: append([]byte(nil), key...), meta: append([]byte(nil), meta...), bodyOff: off, len: n, slot: slot}
+	it.open = &diskOpen{h: h, key: append([]byte(nil), key...), meta: append([]byte(nil), meta...), head: head, bodyOff: off, len: n, slot: slot}
 	d.opened[slot] = it
 }
 
@@ -95,7 +103,9 @@ func (d *disk) forgetOpenLocked(it *diskItem) {
 // response body stream is closed once sent.
 type DiskBody struct {
 	h      *diskFD
-	off, n int64 // what is left to send: n bytes at off
+	head   []byte // the body's first bytes (read only; shared)
+	start  int64  // where the body starts in the file
+	off, n int64  // what is left to send: n bytes at off
 }
 
 // Read reads the body's next bytes.
@@ -108,6 +118,12 @@ func (b *DiskBody) Read(p []byte) (int, error) {
 	}
 	if int64(len(p)) > b.n {
 		p = p[:b.n]
+	}
+	if pos := b.off - b.start; pos < int64(len(b.head)) {
+		k := copy(p, b.head[pos:])
+		b.off += int64(k)
+		b.n -= int64(k)
+		return k, nil
 	}
 	k, err := b.h.f.ReadAt(p, b.off)
 	b.off += int64(k)
