@@ -18,6 +18,8 @@
 //	               snapshots of all three
 //	disk.go        the disk tier: one self-checking file per large entry,
 //	               the index rebuilt by a scan at start, LRU eviction
+//	diskopen.go    disk files kept open with their metadata; DiskBody, a hit's body
+//	               (pread, or sendfile at its offset)
 //	diskfill.go    disk fills: an entry's file written as its body arrives,
 //	               committed through Store's checks
 //	entry.go       the versioned cache entry codec
@@ -28,7 +30,7 @@
 //	namespaces.go  route and tenant namespace versions (purge by namespace)
 //
 // Tiers: without a disk tier (Cache.OpenDisk) everything is in memory.
-// With one, an entry whose encoding is at least DiskMinEntry (256 KiB)
+// With one, an entry whose encoding is at least DiskMinEntry (64 KiB)
 // bytes and at most a quarter of the tier is written to disk, one file
 // per key, and everything else stays in fastcache. A key is held by one
 // tier at a time: Put removes it from the other under the key's stripe
