@@ -80,7 +80,8 @@ type DiskStats struct {
 	Bytes, Objects, MaxBytes                int64
 	Hits, Misses, Writes, Evictions, Errors uint64
 	Corrupt                                 uint64
-	Degraded                                bool // writes go to memory only (a failing disk)
+	OpenFiles                               int64 // files kept open for hits (diskopen.go)
+	Degraded                                bool  // writes go to memory only (a failing disk)
 	DegradedTotal                           uint64
 	// Dropped counts entries neither tier kept: the disk failed them (or
 	// was backing off) and they were larger than memory takes.
@@ -114,8 +115,9 @@ type disk struct {
 	used  int64
 	// opened holds the items whose files are kept open (diskopen.go), a
 	// ring: openNext is the next slot taken, closing its holder's file.
-	opened   []*diskItem
-	openNext int
+	opened    []*diskItem
+	openNext  int
+	openCount int // items holding an open file
 
 	// faults, when set (Cache.SetDiskFault, tests), fails disk fill
 	// operations it returns an error for.
@@ -685,7 +687,7 @@ func (d *disk) openFile(key, buf []byte, digest uint64, verified bool) (f *os.Fi
 // stats reads the tier's counters.
 func (d *disk) stats() DiskStats {
 	d.mu.Lock()
-	s := DiskStats{Bytes: d.used, Objects: int64(len(d.items)), MaxBytes: d.max}
+	s := DiskStats{Bytes: d.used, Objects: int64(len(d.items)), MaxBytes: d.max, OpenFiles: int64(d.openCount)}
 	d.mu.Unlock()
 	s.Hits, s.Misses, s.Writes = d.hits.Load(), d.misses.Load(), d.writes.Load()
 	s.Evictions, s.Errors, s.Corrupt = d.evictions.Load(), d.errs.Load(), d.corrupt.Load()

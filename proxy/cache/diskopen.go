@@ -83,6 +83,7 @@ func (d *disk) keepOpenLocked(it *diskItem, h *diskFD, key, meta, head []byte, o
 	h.refs.Add(1)
 	it.open = &diskOpen{h: h, key: append([]byte(nil), key...), meta: append([]byte(nil), meta...), head: head, bodyOff: off, len: n, slot: slot}
 	d.opened[slot] = it
+	d.openCount++
 }
 
 // forgetOpenLocked lets go of it's open file, if any.
@@ -93,6 +94,7 @@ func (d *disk) forgetOpenLocked(it *diskItem) {
 	}
 	it.open = nil
 	d.opened[o.slot] = nil
+	d.openCount--
 	o.h.release()
 }
 
