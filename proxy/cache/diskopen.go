@@ -34,7 +34,9 @@ import (
 // from the body stream before the rest is handed to sendfile, and that
 // much comes from head instead of a pread (a syscall less per hit).
 const (
-	diskOpenMax = 4096 // descriptors kept open; beyond, the oldest is closed
+	// diskOpenMax bounds the descriptors kept open (and a quarter of the
+	// process's limit, diskOpenLimit); beyond, the oldest is closed.
+	diskOpenMax = 4096
 	diskHeadLen = 4096 // body bytes kept in memory per open file
 )
 
@@ -73,7 +75,7 @@ type diskOpen struct {
 // descriptor when diskOpenMax are open.
 func (d *disk) keepOpenLocked(it *diskItem, h *diskFD, key, meta, head []byte, off, n int64) {
 	if d.opened == nil {
-		d.opened = make([]*diskItem, diskOpenMax)
+		d.opened = make([]*diskItem, diskOpenLimit())
 	}
 	slot := d.openNext
 	d.openNext = (slot + 1) % len(d.opened)

@@ -20,6 +20,8 @@
 //	               the index rebuilt by a scan at start, LRU eviction
 //	diskopen.go    disk files kept open with their metadata; DiskBody, a hit's body
 //	               (pread, or sendfile at its offset)
+//	diskopen_unix.go   diskOpenLimit: files kept open, within the descriptor limit
+//	diskopen_other.go  diskOpenLimit where there is no limit to read
 //	diskfill.go    disk fills: an entry's file written as its body arrives,
 //	               committed through Store's checks
 //	entry.go       the versioned cache entry codec
@@ -39,8 +41,9 @@
 // the same encoding as in memory, so lookups judge it with the same
 // fields (fetch sequence, URL digest, tags, namespace in the key) and
 // the same invalidation verdict. GetVerified reads a disk entry whole;
-// GetVerifiedOrFile returns its metadata and the open file, for a fresh
-// hit to send the body from the file; GetVerifiedOrStream also returns a
+// GetVerifiedOrFile returns its metadata and a DiskBody over the file
+// (kept open for later hits, diskopen.go), for a fresh hit to send the
+// body from the file; GetVerifiedOrStream also returns a
 // large memory entry this process wrote as its metadata and a
 // PieceReader over its body's pieces (piecestream.go). StartDiskFill
 // writes a disk-bound entry's body into its file as it arrives (proxy's
