@@ -601,11 +601,24 @@ func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, head, meta []byt
 			d.misses.Add(1) // another key of the same digest
 			return nil, nil, buf, 0, 0, false
 		}
-		o.h.refs.Add(1)
+		h := o.h
+		h.refs.Add(1)
 		meta = append(buf[:0], o.meta...)
 		d.mu.Unlock()
+		if fileGone(h.fd) {
+			// Removed behind the index's back (the directory deleted):
+			// gone for good, and never served.
+			h.release()
+			d.mu.Lock()
+			if d.items[digest] == it {
+				d.dropLocked(digest, false)
+			}
+			d.mu.Unlock()
+			d.misses.Add(1)
+			return nil, nil, meta[:0], 0, 0, false
+		}
 		d.hits.Add(1)
-		return o.h, o.head, meta, o.bodyOff, o.len, true
+		return h, o.head, meta, o.bodyOff, o.len, true
 	}
 	verified := it.verified
 	d.mu.Unlock()

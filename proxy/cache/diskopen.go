@@ -12,7 +12,10 @@ import (
 // of the syscalls of a 100 KiB hit. The tier keeps the descriptors of
 // recently read files open instead, with their key and entry metadata
 // (the file's, checked when it was opened), like nginx's open_file_cache:
-// a hit copies the metadata and takes a reference on the descriptor.
+// a hit copies the metadata, takes a reference on the descriptor and
+// checks with one fstat that the file still has a name (a file removed
+// behind the index's back, its directory deleted, is a miss and
+// forgotten, as when it could not be opened).
 //
 // A file's contents never change once it is renamed into place (writes
 // go to a temporary name), so an open descriptor always reads the entry

@@ -2,6 +2,8 @@ package cache
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/shield-proxy/shield/cachekey"
@@ -108,5 +110,22 @@ func TestDiskOpenFiles(t *testing.T) {
 	}
 	if _, ok := readBody(t, small, []byte("e0"), false); ok {
 		t.Fatal("an evicted entry was served")
+	}
+	// Files removed behind the index's back (its directory deleted) are
+	// misses at once, though kept open, and forgotten.
+	gone := t.TempDir()
+	c = newDiskCache(t, gone, 64<<20)
+	putBig(t, c, key, one)
+	if _, ok := readBody(t, c, key, false); !ok {
+		t.Fatal("no hit before the removal")
+	}
+	if err := os.RemoveAll(filepath.Join(gone, "disk")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readBody(t, c, key, true); ok {
+		t.Fatal("a removed file was served from its kept descriptor")
+	}
+	if st, _ := c.DiskStats(); st.OpenFiles != 0 || st.Objects != 0 {
+		t.Fatalf("after the removal: %+v", st)
 	}
 }
