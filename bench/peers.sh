@@ -127,12 +127,22 @@ wait_http() { # url: any HTTP answer within 10s
 	die "not up: $1"
 }
 
-shield_yaml() { # listen admin [extra yaml]
+# shield as the operator of a regional shield runs it: a 256 MiB memory
+# tier and a disk tier (entries from cache.disk's threshold up, one file
+# each, sent with sendfile) in the run's tmpfs directory like nginx's
+# proxy_cache; cache.path (the snapshot, and the invalidation table that
+# proves disk entries un-purged after a restart) beside it.
+shield_yaml() { # listen admin name [extra yaml]
+	mkdir -p "$tmp/$3"
 	cat <<YAML
 listen: $1
 admin: { listen: $2 }
 log: { level: warn }
-cache: { size: 256MiB, max_object_size: 16MiB }
+cache:
+  size: 256MiB
+  max_object_size: 16MiB
+  path: $tmp/$3/snapshot
+  disk: { path: $tmp/$3/disk, size: 256MiB }
 origins:
   bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
 routes:
@@ -141,7 +151,7 @@ routes:
     path_prefix: /
     origin: bench
     cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
-${3:-}
+${4:-}
 YAML
 }
 
@@ -150,7 +160,7 @@ bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
 pid[origin]=$!
 wait_http "http://127.0.0.1:$origin_port/__origin/stats"
 
-shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$shield_admin >"$tmp/shield.yaml"
+shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$shield_admin shield >"$tmp/shield.yaml"
 bin/shield -config "$tmp/shield.yaml" 2>"$tmp/shield.log" &
 pid[shield]=$!
 wait_http "http://127.0.0.1:$shield_admin/readyz"
@@ -285,7 +295,7 @@ if [ "$with_cluster" = 1 ]; then
 	peers=""
 	for i in 1 2 3; do peers+="    - { id: n$i, addr: 127.0.0.1:$((base + 20 + i)) }"$'\n'; done
 	for i in 1 2 3; do
-		shield_yaml 127.0.0.1:$((base + 10 + i)) 127.0.0.1:$((base + 15 + i)) \
+		shield_yaml 127.0.0.1:$((base + 10 + i)) 127.0.0.1:$((base + 15 + i)) node$i \
 			"cluster:
   node_id: n$i
   listen: 127.0.0.1:$((base + 20 + i))

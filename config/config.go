@@ -329,7 +329,7 @@ type Cache struct {
 	Disk *CacheDisk `yaml:"disk"`
 }
 
-// CacheDisk configures the cache's disk tier: entries of 256KiB and more
+// CacheDisk configures the cache's disk tier: entries of 64KiB and more
 // are kept there, one file each, and survive restarts (proxy/cache's
 // disk.go). It requires Cache.Path: the invalidation table saved beside
 // the snapshot is what proves disk entries un-purged after a restart.

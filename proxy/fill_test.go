@@ -292,7 +292,7 @@ func TestStreamedFillRangeHeadConditional(t *testing.T) {
 
 // testStreamedFillRangeHeadConditional is
 // TestStreamedFillRangeHeadConditional on the proxy edit makes.
-func testStreamedFillRangeHeadConditional(t *testing.T, edit func(*config.Config)) {
+func testStreamedFillRangeHeadConditional(t *testing.T, edit func(*config.Config)) *Proxy {
 	body := fillBody(2 << 20)
 	o := newSlowOrigin(t, body, 512<<10, false)
 	p := newFillProxy(t, o.addr(), edit)
@@ -336,6 +336,7 @@ func testStreamedFillRangeHeadConditional(t *testing.T, edit func(*config.Config
 	if n := o.hits.Load(); n != 1 {
 		t.Errorf("origin fetches = %d, want 1", n)
 	}
+	return p
 }
 
 // Small bodies keep the buffered fill: no stream, no goroutine.
@@ -491,7 +492,7 @@ func TestStreamedFillBackgroundRefresh(t *testing.T) {
 
 // testStreamedFillBackgroundRefresh is TestStreamedFillBackgroundRefresh
 // on the proxy edit makes.
-func testStreamedFillBackgroundRefresh(t *testing.T, edit func(*config.Config)) {
+func testStreamedFillBackgroundRefresh(t *testing.T, edit func(*config.Config)) *Proxy {
 	body := fillBody(2 << 20)
 	o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
 		// Only the first answer goes stale soon: a slow (-race, loaded)
@@ -532,4 +533,5 @@ func testStreamedFillBackgroundRefresh(t *testing.T, edit func(*config.Config)) 
 	if n := p.g.streamedFills.Get(); n != 2 {
 		t.Errorf("streamed fills = %d, want 2", n)
 	}
+	return p
 }

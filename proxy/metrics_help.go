@@ -53,6 +53,7 @@ var metricHelp = map[string][2]string{
 	"shield_cache_corruptions_total":               {"counter", "Corrupted cache chunks detected by fastcache."},
 	"shield_cache_disk_entries":                    {"gauge", "Entries in the disk tier (0 without cache.disk)."},
 	"shield_cache_disk_bytes":                      {"gauge", "Bytes of the disk tier's files."},
+	"shield_cache_disk_open_files":                 {"gauge", "Disk tier files kept open for hits (at most 4096)."},
 	"shield_cache_disk_max_bytes":                  {"gauge", "Disk tier capacity in bytes (cache.disk.size)."},
 	"shield_cache_disk_hits_total":                 {"counter", "Disk tier reads that found a valid file."},
 	"shield_cache_disk_misses_total":               {"counter", "Disk tier reads that found no valid file (absent, evicted, damaged)."},

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"log/slog"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -65,7 +64,7 @@ type scratch struct {
 	// memOnly: the request is served inline (ServePeerHit): entries are
 	// read from memory only, none of memStreamMin bytes or more.
 	memOnly bool
-	file    *os.File
+	file    *cache.DiskBody
 	pieces  *cache.PieceReader
 	bodyLen int64
 

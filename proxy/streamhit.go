@@ -14,9 +14,9 @@ import (
 //   - a disk tier entry (diskhit.go): the body stream is the file,
 //     sent with sendfile on plain TCP connections;
 //   - a large memory entry stored in pieces by this process
-//     (proxy/cache's piecestream.go): the body stream reads one piece at
-//     a time into a pooled buffer and writes it to the connection, so a
-//     hit holds one piece, not the whole body (fifty concurrent hits of a
+//     (proxy/cache's piecestream.go): the body stream reads eight pieces
+//     at a time into a pooled buffer and writes them to the connection,
+//     so a hit holds 256 KiB, not the whole body (fifty concurrent hits of a
 //     32 MiB object held 1.6 GiB when each read it whole). Its pieces are
 //     checked present before the hit is committed to; one evicted while
 //     the body is sent ends the stream with an error, and the server
@@ -40,8 +40,9 @@ import (
 // streaming every entry in pieces cost a 100 KiB hit 25 % of its req/s
 // and 20-35 % more CPU per hit (10.4-16.7k vs 11.0-21.8k req/s, 57-76 vs
 // 40-69 µs/hit); at 512 KiB the two were equal within noise. From
-// 1 MiB up a hit in flight holds one piece instead of the whole entry,
-// so N concurrent hits of a large object cost N pieces, not N copies.
+// 1 MiB up a hit in flight holds a buffer of pieces instead of the whole
+// entry, so N concurrent hits of a large object cost N buffers, not N
+// copies.
 const memStreamMin = 1 << 20
 
 // getEntry is the lookup's store read: GetVerified, except that when the

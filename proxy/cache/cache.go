@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -104,10 +103,10 @@ func (c *Cache) GetVerifiedMem(dst, k []byte, max int) (v []byte, verified bool)
 
 // GetVerifiedOrFile is GetVerified, except that an entry held by the disk
 // tier comes back as its metadata — a body-less entry encoding, decoded
-// like any other (its Body is empty) — with f open on its file, the body
-// being bodyLen bytes at f's current offset. The caller closes f (a
-// response body stream does). f is nil for entries in memory and misses.
-func (c *Cache) GetVerifiedOrFile(dst, k []byte) (v []byte, verified bool, f *os.File, bodyLen int64) {
+// like any other (its Body is empty) — with f reading its bodyLen-byte
+// body from the file (diskopen.go). The caller closes f (a response body
+// stream does). f is nil for entries in memory and misses.
+func (c *Cache) GetVerifiedOrFile(dst, k []byte) (v []byte, verified bool, f *DiskBody, bodyLen int64) {
 	v, verified, f, _, bodyLen = c.GetVerifiedOrStream(dst, k, 0)
 	return v, verified, f, bodyLen
 }
@@ -119,32 +118,25 @@ func (c *Cache) GetVerifiedOrFile(dst, k []byte) (v []byte, verified bool, f *os
 // The caller closes r (a response body stream does). At most one of f
 // and r is not nil. Only the fresh-hit path uses it: everything else
 // takes GetVerified.
-func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verified bool, f *os.File, r *PieceReader, bodyLen int64) {
+func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verified bool, f *DiskBody, r *PieceReader, bodyLen int64) {
 	v, verified, r, bodyLen = c.s.getStream(dst, k, minMem)
 	if len(v) > 0 || c.d == nil {
 		return v, verified, nil, r, bodyLen
 	}
-	var e Entry
-	f, meta, off, n, ok := c.d.open(k, v[:0], cachekey.Digest(k), &e)
+	h, head, meta, off, n, ok := c.d.open(k, v[:0], cachekey.Digest(k))
 	if !ok {
 		return meta[:0], false, nil, nil, 0
 	}
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
-		f.Close()
-		c.d.fail("seek", err)
-		return meta[:0], false, nil, nil, 0
-	}
-	return meta, true, f, nil, n
+	return meta, true, &DiskBody{h: h, head: head, start: off, off: off, n: n}, nil, n
 }
 
 // getDisk reads k's entry from the disk tier into dst.
 func (c *Cache) getDisk(dst, k []byte) ([]byte, bool) {
-	var e Entry
-	f, meta, off, n, ok := c.d.open(k, nil, cachekey.Digest(k), &e)
+	h, head, meta, off, n, ok := c.d.open(k, nil, cachekey.Digest(k))
 	if !ok {
 		return dst[:0], false
 	}
-	defer f.Close()
+	defer h.release()
 	encLen := n + int64(len(meta))
 	if encLen > int64(c.s.maxEntry) {
 		return dst[:0], false
@@ -153,7 +145,8 @@ func (c *Cache) getDisk(dst, k []byte) ([]byte, bool) {
 		dst = make([]byte, 0, encLen)
 	}
 	dst = dst[:encLen]
-	if _, err := f.ReadAt(dst[:n], off); err != nil {
+	copy(dst, head)
+	if _, err := h.f.ReadAt(dst[len(head):n], off+int64(len(head))); err != nil {
 		c.d.fail("read", err)
 		return dst[:0], false
 	}

@@ -18,6 +18,10 @@
 //	               snapshots of all three
 //	disk.go        the disk tier: one self-checking file per large entry,
 //	               the index rebuilt by a scan at start, LRU eviction
+//	diskopen.go    disk files kept open with their metadata; DiskBody, a hit's body
+//	               (pread, or sendfile at its offset)
+//	diskopen_unix.go   diskOpenLimit: files kept open, within the descriptor limit
+//	diskopen_other.go  diskOpenLimit where there is no limit to read
 //	diskfill.go    disk fills: an entry's file written as its body arrives,
 //	               committed through Store's checks
 //	entry.go       the versioned cache entry codec
@@ -28,7 +32,7 @@
 //	namespaces.go  route and tenant namespace versions (purge by namespace)
 //
 // Tiers: without a disk tier (Cache.OpenDisk) everything is in memory.
-// With one, an entry whose encoding is at least DiskMinEntry (256 KiB)
+// With one, an entry whose encoding is at least DiskMinEntry (64 KiB)
 // bytes and at most a quarter of the tier is written to disk, one file
 // per key, and everything else stays in fastcache. A key is held by one
 // tier at a time: Put removes it from the other under the key's stripe
@@ -37,8 +41,9 @@
 // the same encoding as in memory, so lookups judge it with the same
 // fields (fetch sequence, URL digest, tags, namespace in the key) and
 // the same invalidation verdict. GetVerified reads a disk entry whole;
-// GetVerifiedOrFile returns its metadata and the open file, for a fresh
-// hit to send the body from the file; GetVerifiedOrStream also returns a
+// GetVerifiedOrFile returns its metadata and a DiskBody over the file
+// (kept open for later hits, diskopen.go), for a fresh hit to send the
+// body from the file; GetVerifiedOrStream also returns a
 // large memory entry this process wrote as its metadata and a
 // PieceReader over its body's pieces (piecestream.go). StartDiskFill
 // writes a disk-bound entry's body into its file as it arrives (proxy's

@@ -135,11 +135,12 @@ func TestStreamMissingPieceIsMiss(t *testing.T) {
 
 // TestStreamEvictedWhileSent: a piece evicted while the body is read ends
 // the reader with ErrPieceEvicted after the bytes before it, never with
-// a short body and a clean end.
+// a short body and a clean end. WriteTo reads pieceBatch pieces at a
+// time: the piece evicted is one of the second batch.
 func TestStreamEvictedWhileSent(t *testing.T) {
 	s := newTestStore(t)
 	key := []byte("big")
-	n := 300 << 10
+	n := (pieceBatch + 2) * 32 << 10
 	enc, body := streamEntry(n, 100)
 	s.set(key, enc)
 	_, _, r, _ := s.getStream(nil, key, 1)
@@ -147,7 +148,7 @@ func TestStreamEvictedWhileSent(t *testing.T) {
 		t.Fatal("not streamed")
 	}
 	defer r.Close()
-	w := &evictingWriter{after: 40 << 10, evict: func() { s.c.Del(appendPieceKey(nil, key, valueNonce(t, s, key), 3)) }}
+	w := &evictingWriter{after: 40 << 10, evict: func() { s.c.Del(appendPieceKey(nil, key, valueNonce(t, s, key), pieceBatch+1)) }}
 	sent, err := r.WriteTo(w)
 	if !errors.Is(err, ErrPieceEvicted) {
 		t.Fatalf("WriteTo = %d, %v; want ErrPieceEvicted", sent, err)

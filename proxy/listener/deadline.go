@@ -210,10 +210,14 @@ func (c *deadlineConn) SetDeadline(t time.Time) error {
 }
 
 // ReadFrom keeps the connection's own io.ReaderFrom (sendfile) behind
-// the wrapper.
+// the wrapper, and sends a FileSection with sendfile at its offset
+// (sendfile.go).
 func (c *deadlineConn) ReadFrom(r io.Reader) (int64, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
+	}
+	if n, handled, err := c.readFromSection(r); handled {
+		return n, err
 	}
 	if rf, ok := c.Conn.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)

@@ -16,6 +16,9 @@
 //	mux.go     sorting accepted connections: TLS ALPN, or the h2c preface or an
 //	           HTTP/1.x request line (else closed), replayed bytes
 //	deadline.go  coarse deadlines: fasthttp's per-request timeouts armed lazily, slack late
+//	sendfile.go  FileSection: a body that is a file's section, sent with sendfile at its offset
+//	sendfile_linux.go  sendSection: sendfile(2) naming the offset, waiting for writability
+//	sendfile_other.go  sendSection elsewhere: not handled (the section is read)
 //	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
 //	           answer written back, 103 Early Hints, pooled per-request state
 //	h2filter.go  the read filter before Go's HTTP/2 server: SETTINGS naming a

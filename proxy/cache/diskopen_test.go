@@ -1,0 +1,131 @@
+package cache
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shield-proxy/shield/cachekey"
+)
+
+// putBig stores a disk-bound entry of key with body and fetch sequence seq.
+func putBig(t *testing.T, c *Cache, key []byte, body string) {
+	t.Helper()
+	e := &Entry{Kind: KindResponse, Status: 200, KeyDigest: cachekey.Digest(key), FetchSeq: c.Invalidations().Next(), Body: []byte(body)}
+	if !c.Put(key, AppendEntry(nil, e, nil, nil), e, PutOptions{}) {
+		t.Fatal("Put refused")
+	}
+}
+
+// readBody reads a disk hit's whole body: through Read, or through
+// Section (what a connection's sendfile sends) when viaSection.
+func readBody(t *testing.T, c *Cache, key []byte, viaSection bool) (string, bool) {
+	t.Helper()
+	_, _, f, n := c.GetVerifiedOrFile(nil, key)
+	if f == nil {
+		return "", false
+	}
+	defer f.Close()
+	if !viaSection {
+		b, err := io.ReadAll(f)
+		if err != nil || int64(len(b)) != n {
+			t.Fatalf("read %d of %d bytes: %v", len(b), n, err)
+		}
+		return string(b), true
+	}
+	// Read a little (fasthttp fills its buffer behind the head), then
+	// the rest as sendfile would, by offset.
+	head := make([]byte, 100)
+	k, _ := io.ReadFull(f, head)
+	fd, off, left := f.Section()
+	if int64(k)+left != n {
+		t.Fatalf("section of %d bytes after %d read, want %d in all", left, k, n)
+	}
+	rest := make([]byte, left)
+	if _, err := f.h.f.ReadAt(rest, off); err != nil || fd != f.h.fd {
+		t.Fatalf("section: %v", err)
+	}
+	f.Advance(left)
+	if m, err := f.Read(head); m != 0 || err != io.EOF {
+		t.Fatalf("after the section: %d bytes, %v; want EOF", m, err)
+	}
+	return string(head[:k]) + string(rest), true
+}
+
+// TestDiskOpenFiles: a file read once is kept open (its metadata with
+// it) and serves later hits, by Read and by section; a replacement, a
+// purge or an eviction forgets and closes it at once, so no hit reads a
+// replaced or removed file; a hit in flight finishes on the entry it
+// started with.
+func TestDiskOpenFiles(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	key := []byte("k")
+	one, two := bigBody(64<<10, "one-"), bigBody(80<<10, "two-")
+	putBig(t, c, key, one)
+	for i, viaSection := range []bool{false, true, false} {
+		if got, ok := readBody(t, c, key, viaSection); !ok || got != one {
+			t.Fatalf("hit %d: %d bytes (found %v), want the first body", i, len(got), ok)
+		}
+	}
+	st, _ := c.DiskStats()
+	if st.OpenFiles != 1 {
+		t.Fatalf("%d files kept open after hits, want 1", st.OpenFiles)
+	}
+	// A hit in flight when the entry is replaced.
+	_, _, inFlight, _ := c.GetVerifiedOrFile(nil, key)
+	putBig(t, c, key, two)
+	if st, _ := c.DiskStats(); st.OpenFiles != 0 {
+		t.Fatalf("%d files kept open after the replacement, want 0", st.OpenFiles)
+	}
+	for i, viaSection := range []bool{true, false} {
+		if got, ok := readBody(t, c, key, viaSection); !ok || got != two {
+			t.Fatalf("hit %d after the replacement: %d bytes (found %v), want the new body", i, len(got), ok)
+		}
+	}
+	if b, err := io.ReadAll(inFlight); err != nil || string(b) != one {
+		t.Fatalf("the hit in flight read %d bytes (%v), want the old body whole", len(b), err)
+	}
+	inFlight.Close()
+	// A purge: the key's file is forgotten and closed; nothing serves it.
+	c.Del(key)
+	if _, ok := readBody(t, c, key, false); ok {
+		t.Fatal("a hit after Del")
+	}
+	if st, _ := c.DiskStats(); st.OpenFiles != 0 || st.Objects != 0 {
+		t.Fatalf("after Del: %+v", st)
+	}
+	// Eviction: a tier of four entries' size keeps the newest.
+	small := newDiskCache(t, t.TempDir(), 256<<10)
+	for i := range 6 {
+		k := []byte{'e', byte('0' + i)}
+		putBig(t, small, k, bigBody(60<<10, string(k)))
+		if _, ok := readBody(t, small, k, true); !ok {
+			t.Fatalf("entry %d: no hit right after Put", i)
+		}
+	}
+	if st, _ := small.DiskStats(); st.OpenFiles != st.Objects || st.Objects > 4 {
+		t.Fatalf("after evictions: %d kept open for %d entries", st.OpenFiles, st.Objects)
+	}
+	if _, ok := readBody(t, small, []byte("e0"), false); ok {
+		t.Fatal("an evicted entry was served")
+	}
+	// Files removed behind the index's back (its directory deleted) are
+	// misses at once, though kept open, and forgotten.
+	gone := t.TempDir()
+	c = newDiskCache(t, gone, 64<<20)
+	putBig(t, c, key, one)
+	if _, ok := readBody(t, c, key, false); !ok {
+		t.Fatal("no hit before the removal")
+	}
+	if err := os.RemoveAll(filepath.Join(gone, "disk")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readBody(t, c, key, true); ok {
+		t.Fatal("a removed file was served from its kept descriptor")
+	}
+	if st, _ := c.DiskStats(); st.OpenFiles != 0 || st.Objects != 0 {
+		t.Fatalf("after the removal: %+v", st)
+	}
+}
