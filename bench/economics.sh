@@ -123,7 +123,7 @@ start_nginx() { # mem
 		d=$tmp/nginx$i
 		mkdir -p "$d"
 		sed -e "s/@ORIGIN_PORT@/$origin_port/" -e "s/@PORT@/$(node_port 1 $i)/" -e "s|@DIR@|$d|g" \
-			-e "s|@USER@|$user|" -e "s/max_size=256m/max_size=${1}m/" -e "s/keys_zone=bench:64m/keys_zone=bench:32m/" \
+			-e "s|@USER@|$user|" -e "s|@H2_LISTEN@||" -e "s/max_size=256m/max_size=${1}m/" -e "s/keys_zone=bench:64m/keys_zone=bench:32m/" \
 			bench/nginx.conf.in >"$d/nginx.conf"
 		grep -q "max_size=${1}m" "$d/nginx.conf" || die "nginx.conf.in: max_size not found"
 		nginx -e "$d/error.log" -p "$d" -c "$d/nginx.conf" 2>>"$d/error.log" &

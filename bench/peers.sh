@@ -10,6 +10,15 @@
 #       MB/s of body, CPU per request) with wrk -t2 -c8 (LARGE_CONNS): 64
 #       connections each pulling 10 MiB would measure the socket buffers
 #       and the scheduler rather than the cache;
+#   - HTTP/2: h2load -c10 -m100 (H2_CONNS, H2_STREAMS) for DURATION on the
+#     1 KiB hit, shield over cleartext HTTP/2 (server.h2c) against nginx's
+#     `listen ... http2` (req/s, CPU per request); Varnish is left out;
+#   - compression: an 8 KiB JSON hit with Accept-Encoding: gzip, shield
+#     (compress route: gzipped once when stored) against nginx (gzip on:
+#     compressed on every answer), and shield's identity answer of the same
+#     object without Accept-Encoding (req/s, CPU per request). Both use a
+#     second shield instance ("shield-x": h2c and the compress route) so
+#     the HTTP/1.1 rows keep measuring the plain configuration;
 #   - miss collapsing: 200 requests released at once for one cold key whose
 #     origin answer takes 200 ms: origin requests and wall time, against
 #     the same 200 requests sent to the origin itself;
@@ -32,7 +41,8 @@
 # killed by PID on exit, failure or interrupt.
 #
 # Env: ROUNDS (3), DURATION (5s), CONNS (64), LARGE_CONNS (8: the 10 MiB
-# hit's connections), THREADS (2), KEYS (10000),
+# hit's connections), THREADS (2), KEYS (10000), H2_CONNS (10),
+# H2_STREAMS (100),
 # PORT_BASE (19100: uses PORT_BASE..PORT_BASE+29), CLUSTER (1; 0 skips it),
 # CLUSTER_KEYS (1500 keys sorted by owner), MAX_SECONDS (2400: watchdog),
 # ECONOMICS (1; 0 skips the cluster-economics run of bench/economics.sh,
@@ -44,6 +54,8 @@ large_conns=${LARGE_CONNS:-8}
 keys=${KEYS:-10000} base=${PORT_BASE:-19100} with_cluster=${CLUSTER:-1}
 origin_port=$base shield_port=$((base + 1)) shield_admin=$((base + 2))
 varnish_port=$((base + 3)) nginx_port=$((base + 4))
+nginx_h2_port=$((base + 5)) shieldx_port=$((base + 6)) shieldx_admin=$((base + 7))
+h2_conns=${H2_CONNS:-10} h2_streams=${H2_STREAMS:-100}
 started=$(date +%s)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -61,6 +73,7 @@ die() {
 install_missing() {
 	local need=()
 	command -v wrk >/dev/null || need+=(wrk)
+	command -v h2load >/dev/null || need+=(nghttp2-client)
 	command -v varnishd >/dev/null || need+=(varnish)
 	command -v nginx >/dev/null || need+=(nginx-light)
 	[ ${#need[@]} -eq 0 ] && return
@@ -132,7 +145,7 @@ wait_http() { # url: any HTTP answer within 10s
 # each, sent with sendfile) in the run's tmpfs directory like nginx's
 # proxy_cache; cache.path (the snapshot, and the invalidation table that
 # proves disk entries un-purged after a restart) beside it.
-shield_yaml() { # listen admin name [extra yaml]
+shield_yaml() { # listen admin name [extra yaml] [routes before the catch-all]
 	mkdir -p "$tmp/$3"
 	cat <<YAML
 listen: $1
@@ -146,7 +159,7 @@ cache:
 origins:
   bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
 routes:
-  - name: bench
+${5:-}  - name: bench
     hosts: ["*"]
     path_prefix: /
     origin: bench
@@ -165,6 +178,20 @@ bin/shield -config "$tmp/shield.yaml" 2>"$tmp/shield.log" &
 pid[shield]=$!
 wait_http "http://127.0.0.1:$shield_admin/readyz"
 
+# shield-x: the same configuration plus cleartext HTTP/2 and a route that
+# gzips /gz/ at the shield, for the HTTP/2 and compression rows only.
+shield_yaml 127.0.0.1:$shieldx_port 127.0.0.1:$shieldx_admin shield-x "server: { h2c: true }" \
+	"  - name: gz
+    hosts: [\"*\"]
+    path_prefix: /gz/
+    origin: bench
+    cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
+    compress: { codings: [gzip] }
+" >"$tmp/shield-x.yaml"
+bin/shield -config "$tmp/shield-x.yaml" 2>"$tmp/shield-x.log" &
+pid[shield-x]=$!
+wait_http "http://127.0.0.1:$shieldx_admin/readyz"
+
 sed "s/@ORIGIN_PORT@/$origin_port/" bench/varnish.vcl.in >"$tmp/bench.vcl"
 # shellcheck disable=SC2046 # varnish_threads prints separate flags
 varnishd -F -a 127.0.0.1:$varnish_port -f "$tmp/bench.vcl" -s malloc,256m -n "$tmp/varnish" \
@@ -175,7 +202,8 @@ mkdir -p "$tmp/nginx"
 user=""
 [ "$(id -u)" -eq 0 ] && user="user root;  # workers need the temp dir; bench only"
 sed -e "s/@ORIGIN_PORT@/$origin_port/" -e "s/@PORT@/$nginx_port/" -e "s|@DIR@|$tmp/nginx|g" \
-	-e "s|@USER@|$user|" bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
+	-e "s|@USER@|$user|" -e "s|@H2_LISTEN@|listen 127.0.0.1:$nginx_h2_port http2;|" \
+	bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
 nginx -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" 2>>"$tmp/nginx/error.log" &
 pid[nginx]=$!
 wait_http "http://127.0.0.1:$varnish_port/"
@@ -185,7 +213,9 @@ targets=(origin shield varnish nginx)
 declare -A url=(
 	[origin]=http://127.0.0.1:$origin_port [shield]=http://127.0.0.1:$shield_port
 	[varnish]=http://127.0.0.1:$varnish_port [nginx]=http://127.0.0.1:$nginx_port
+	[shield-x]=http://127.0.0.1:$shieldx_port [nginx-h2]=http://127.0.0.1:$nginx_h2_port
 )
+pid[nginx-h2]=${pid[nginx]} # one nginx, two ports
 stats=http://127.0.0.1:$origin_port/__origin/stats
 origin_total() { curl -fsS -m 5 "$stats" | sed 's/.*"total":\([0-9]*\).*/\1/'; }
 clk=$(getconf CLK_TCK)
@@ -221,16 +251,48 @@ for t in shield varnish nginx; do
 done
 [ "$(origin_total)" = "$before" ] || die "a warm object reached the origin again: not cached"
 
+# HTTP/2 and compression rows: warm shield-x and nginx, then check that
+# each answer is what its row claims (HTTP/2 negotiated, gzip or not, the
+# body the origin's) without reaching the origin again.
+objgz="/gz/8k?size=8192&type=application/json"
+for t in shield-x nginx; do
+	curl -fsS -m 5 -o /dev/null "${url[$t]}$obj1k"
+	curl -fsS -m 5 -o /dev/null -H 'Accept-Encoding: gzip' "${url[$t]}$objgz"
+done
+sleep 1 # nginx's cache files, as above
+curl -fsS -m 5 -o "$tmp/gz.want" "${url[origin]}$objgz"
+before=$(origin_total)
+for t in shield-x nginx-h2; do
+	got=$(curl -sS -m 5 --http2-prior-knowledge -o /dev/null -w '%{http_version} %{http_code}' "${url[$t]}$obj1k")
+	[ "$got" = "2 200" ] || die "$t over cleartext HTTP/2 answered '$got', want '2 200'"
+done
+gz_answer() { # target [accept-encoding]: "status content-encoding" of the JSON hit, body decoded to gz.got
+	local code
+	code=$(curl -sS -m 5 -o "$tmp/gz.body" -D "$tmp/gz.head" ${2:+-H "Accept-Encoding: $2"} -w '%{http_code}' "${url[$1]}$objgz")
+	local ce
+	ce=$(awk -F': *' 'tolower($1) == "content-encoding" {sub(/\r$/, "", $2); print $2}' "$tmp/gz.head")
+	if [ "$ce" = gzip ]; then gzip -dc <"$tmp/gz.body" >"$tmp/gz.got"; else cp "$tmp/gz.body" "$tmp/gz.got"; fi
+	cmp -s "$tmp/gz.want" "$tmp/gz.got" || code="$code(body differs)"
+	echo "$code ${ce:-identity}"
+}
+for spec in "shield-x gzip:200 gzip" "nginx gzip:200 gzip" "shield-x:200 identity"; do
+	# shellcheck disable=SC2086 # target and optional coding
+	got=$(gz_answer ${spec%%:*})
+	[ "$got" = "${spec#*:}" ] || die "JSON hit from ${spec%%:*}: '$got', want '${spec#*:}'"
+done
+[ "$(origin_total)" = "$before" ] || die "the HTTP/2 or JSON checks reached the origin: not cached"
+
 # ---- throughput rounds -----------------------------------------------------
 declare -A R=() # R[target,test,round,field]
 to_us() { # wrk latency (12.3us, 1.2ms, 1.0s) -> microseconds
 	awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) m = 1; else if (v ~ /ms$/) m = 1000; else if (v ~ /m$/) m = 6e7; else m = 1e6; printf "%.0f", n * m }'
 }
 declare -A test_conns=([hit10m]=$large_conns) # tests not run with CONNS
-run_wrk() { # target test round path [lua]
+run_wrk() { # target test round path [lua] [header]
 	local t=$1 test=$2 r=$3 path=$4 lua=${5:-} out=$tmp/wrk.out
 	local args=(-t"$threads" -c"${test_conns[$test]:-$conns}" -d"$duration" --timeout 5s --latency)
 	[ -n "$lua" ] && args+=(-s "$lua")
+	[ -n "${6:-}" ] && args+=(-H "$6")
 	local o0 c0 c1 o1
 	o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
 	timeout 120 wrk "${args[@]}" "${url[$t]}$path" >"$out" || die "wrk failed on $t $test"
@@ -247,12 +309,35 @@ run_wrk() { # target test round path [lua]
 	fi
 	log "round $r $test $t: ${R[$t,$test,$r,rps]} req/s p99 ${R[$t,$test,$r,p99]}us cpu $((c1 - c0)) ticks"
 }
+run_h2load() { # target test round path: h2load over cleartext HTTP/2
+	local t=$1 test=$2 r=$3 path=$4 out=$tmp/h2load.out o0 c0 c1 o1
+	o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
+	timeout 120 h2load -t"$threads" -c"$h2_conns" -m"$h2_streams" -D "$duration" "${url[$t]}$path" >"$out" 2>&1 ||
+		die "h2load failed on $t $test: $(tail -3 "$out")"
+	c1=$(cpu_ticks "${pid[$t]}") o1=$(origin_total)
+	grep -q '^Application protocol: h2c' "$out" || die "$t $test: not HTTP/2: $(grep -i protocol "$out")"
+	# finished in 2.00s, 1234.50 req/s, ...
+	# requests: N total, N started, N done, N succeeded, F failed, E errored, T timeout
+	# status codes: N 2xx, 0 3xx, 0 4xx, 0 5xx
+	R[$t,$test,$r,rps]=$(awk '/^finished in/ {print $4}' "$out")
+	R[$t,$test,$r,n]=$(awk '/^requests:/ {print $8}' "$out")
+	R[$t,$test,$r,cpu]=$((c1 - c0))
+	awk '/^requests:/ {bad += $10 + $12 + $14} /^status codes:/ {bad += $5 + $7 + $9} END {exit bad > 0}' "$out" ||
+		die "$t $test: failed or non-2xx requests: $(grep -E '^(requests|status codes):' "$out")"
+	[ "${R[$t,$test,$r,n]}" -gt 0 ] || die "$t $test: no request succeeded"
+	[ "$o1" = "$o0" ] || die "$t $test: the origin saw $((o1 - o0)) requests during a hit run"
+	log "round $r $test $t: ${R[$t,$test,$r,rps]} req/s cpu $((c1 - c0)) ticks"
+}
 export BENCH_KEYS=$keys # read by bench/keys.lua
 for r in $(seq "$rounds"); do
 	for t in "${targets[@]}"; do run_wrk "$t" hit1k "$r" "$obj1k"; done
 	for t in "${targets[@]}"; do run_wrk "$t" hit100k "$r" "$obj100k"; done
 	for t in "${targets[@]}"; do run_wrk "$t" hit10m "$r" "$obj10m"; done
 	for t in "${targets[@]}"; do run_wrk "$t" keys10k "$r" / bench/keys.lua; done
+	for t in shield-x nginx-h2; do run_h2load "$t" h2hit1k "$r" "$obj1k"; done
+	run_wrk shield-x gzip "$r" "$objgz" "" "Accept-Encoding: gzip"
+	run_wrk shield-x identity "$r" "$objgz"
+	run_wrk nginx gzip "$r" "$objgz" "" "Accept-Encoding: gzip"
 done
 
 # ---- miss collapsing -------------------------------------------------------
@@ -398,7 +483,7 @@ minratio() { # a b test: the smallest a/b req/s ratio over the rounds
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 check() { # description value op limit
-	if awk -v v="$2" -v l="$4" -v op="$3" 'BEGIN { exit !((op == ">=" && v >= l) || (op == "<=" && v <= l) || (op == "==" && v == l)) }'; then
+	if awk -v v="$2" -v l="$4" -v op="$3" 'BEGIN { exit !((op == ">=" && v >= l) || (op == "<=" && v <= l) || (op == "<" && v < l) || (op == "==" && v == l)) }'; then
 		echo "| $1 | $2 | $3 $4 | pass |"
 	else
 		echo "| $1 | $2 | $3 $4 | **FAIL** |"
@@ -432,6 +517,15 @@ report=$tmp/report.md
 			"$(ratio "${M[shield,rps10k]}" "${M[$o,rps10k]}") |"
 	done
 	echo
+	echo "| HTTP/2 and compression | req/s | CPU µs/req |"
+	echo "|---|---|---|"
+	xrow() { echo "| $3 | $(fmt "$(med "$1" "$2" rps)") | $(cpu_per_req "$1" "$2") |"; }
+	xrow shield-x h2hit1k "shield, 1 KiB hit over h2c (h2load -t$threads -c$h2_conns -m$h2_streams)"
+	xrow nginx-h2 h2hit1k "nginx, 1 KiB hit over h2c (listen http2)"
+	xrow shield-x gzip "shield, 8 KiB JSON hit, gzip (compress route: stored coded)"
+	xrow shield-x identity "shield, same object, identity (no Accept-Encoding)"
+	xrow nginx gzip "nginx, 8 KiB JSON hit, gzip on (level 1, every answer)"
+	echo
 	echo "Collapsing: 200 requests released at once for one cold key, origin delay 200 ms; the origin row is the same" \
 		"200 requests sent to the origin directly (its own latency). Collapse origin reqs is the worst round, wall the median."
 	if [ "$with_cluster" = 1 ]; then
@@ -451,7 +545,7 @@ report=$tmp/report.md
 		echo "forwarded/local ($nk keys each): $(ratio "$(med fwdN hit1k rps)" "$(med localN hit1k rps)")"
 	fi
 	echo
-	echo "| target (issues #17, #25) | measured | want | |"
+	echo "| target (issues #17, #23, #25) | measured | want | |"
 	echo "|---|---|---|---|"
 	check "1 KiB req/s shield/varnish, worst round" "$(minratio shield varnish hit1k)" ">=" 1.5
 	check "1 KiB req/s shield/nginx, worst round" "$(minratio shield nginx hit1k)" ">=" 1.25
@@ -464,6 +558,9 @@ report=$tmp/report.md
 	check "collapse origin requests" "${M[shield,corigin]}" "==" 1
 	check "collapse wall / origin latency" "$(ratio "${M[shield,cwall]}" "${M[origin,cwall]}")" "<=" 1.1
 	check "stale-if-error served (1 = yes)" "$([[ ${S[shield]} == yes* ]] && echo 1 || echo 0)" "==" 1
+	check "h2 1 KiB req/s shield/nginx" "$(ratio "$(med shield-x h2hit1k rps)" "$(med nginx-h2 h2hit1k rps)")" ">=" 1
+	check "gzip hit CPU shield gzip / shield identity" "$(ratio "$(cpu_per_req shield-x gzip)" "$(cpu_per_req shield-x identity)")" "<=" 1.2
+	check "gzip hit CPU shield / nginx gzip on" "$(ratio "$(cpu_per_req shield-x gzip)" "$(cpu_per_req nginx gzip)")" "<" 1
 	if [ "$with_cluster" = 1 ]; then
 		check "cluster forwarded/local req/s ($nk keys)" "$(ratio "$(med fwdN hit1k rps)" "$(med localN hit1k rps)")" ">=" 0.6
 		check "cluster CPU forwarded/local hit ($nk keys)" "$(ratio "$(cpu_per_req fwdN hit1k)" "$(cpu_per_req localN hit1k)")" "<=" 2.5

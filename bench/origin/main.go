@@ -13,6 +13,10 @@
 //	delay=<ms>         sleep before answering (a slow origin, for collapsing)
 //	cc=<value>         Cache-Control (default "public, max-age=3600"; "cc=" sends none)
 //	status=<code>      response status (default 200)
+//	type=<media type>  Content-Type (default application/octet-stream); with
+//	                   it the body is sliced from a JSON-like text instead
+//	                   (records with varying numbers: compresses about as
+//	                   well as real JSON does, for the compression rows)
 //
 // Control endpoints, never counted, never faulted:
 //
@@ -55,6 +59,18 @@ var body = func() []byte {
 	return b
 }()
 
+// text is the pool of type= answers: JSON-like records whose ids and
+// figures change from one to the next, so gzip finds repeats but not one
+// short period (the alphabet above would compress a hundredfold).
+var text = func() []byte {
+	b := make([]byte, 0, maxSize+128)
+	for i := 0; len(b) < maxSize; i++ {
+		b = fmt.Appendf(b, `{"id":%d,"name":"item-%d","price":%d.%02d,"stock":%d,"tags":["t%d","t%d"]},`+"\n",
+			i, i*7919%100003, i*37%1000, i%100, i*131%9973, i%17, i%29)
+	}
+	return b[:maxSize]
+}()
+
 const defaultCC = "public, max-age=3600"
 
 // origin holds the counters shared by all connections.
@@ -92,7 +108,13 @@ func (o *origin) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(s)
 	}
 	h := &ctx.Response.Header
-	h.SetContentType("application/octet-stream")
+	pool := body
+	if ct := args.Peek("type"); len(ct) > 0 {
+		h.SetContentTypeBytes(ct)
+		pool = text
+	} else {
+		h.SetContentType("application/octet-stream")
+	}
 	if cc := args.Peek("cc"); cc != nil {
 		if len(cc) > 0 {
 			h.SetBytesV("Cache-Control", cc)
@@ -101,8 +123,8 @@ func (o *origin) handle(ctx *fasthttp.RequestCtx) {
 		h.Set("Cache-Control", defaultCC)
 	}
 	h.Set("Last-Modified", "Tue, 15 Nov 1994 12:45:26 GMT")
-	// SetBodyRaw keeps a reference instead of copying: body is immutable.
-	ctx.Response.SetBodyRaw(body[:size])
+	// SetBodyRaw keeps a reference instead of copying: the pools are immutable.
+	ctx.Response.SetBodyRaw(pool[:size])
 }
 
 func (o *origin) control(ctx *fasthttp.RequestCtx, what string) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -91,5 +92,32 @@ func TestControl(t *testing.T) {
 				t.Errorf("after %s: total %d fault %v, want %d %v", s.uri, o.total.Load(), o.fault.Load(), s.wantTotal, s.wantFault)
 			}
 		})
+	}
+}
+
+// TestTypeText: type= sets the Content-Type and serves the JSON-like
+// text, which must compress like real JSON: well, but not a hundredfold.
+func TestTypeText(t *testing.T) {
+	ctx := do(&origin{}, "/x?size=8192&type=application/json")
+	if ct := string(ctx.Response.Header.ContentType()); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	b := ctx.Response.Body()
+	if !bytes.Equal(b, text[:8192]) || !bytes.HasPrefix(b, []byte(`{"id":0,`)) {
+		t.Fatalf("body is not the first 8192 bytes of the text: %.40q", b)
+	}
+	var z bytes.Buffer
+	w := gzip.NewWriter(&z)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := float64(len(b)) / float64(z.Len()); r < 2 || r > 20 {
+		t.Errorf("gzip ratio %.1f, want 2..20 (JSON-like)", r)
+	}
+	if ct := string(do(&origin{}, "/x").Response.Header.ContentType()); ct != "application/octet-stream" {
+		t.Errorf("default Content-Type = %q", ct)
 	}
 }
