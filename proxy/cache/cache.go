@@ -238,7 +238,7 @@ func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 	if c.d.takes(len(enc)) {
 		dw, err := c.d.write(key, enc)
 		if err != nil {
-			c.d.fail("write", err)
+			c.d.writeFailed(err)
 		} else {
 			w = &dw
 		}
@@ -301,7 +301,7 @@ func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) bool {
 	if w == nil && c.d.takes(len(enc)) {
 		// PutDerived's entries are written here, under the lock.
 		if dw, err := c.d.write(key, enc); err != nil {
-			c.d.fail("write", err)
+			c.d.writeFailed(err)
 		} else {
 			w = &dw
 		}
