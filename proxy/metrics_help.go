@@ -39,6 +39,7 @@ var metricHelp = map[string][2]string{
 	"shield_compressed_bodies_total":               {"counter", "Bodies shield compressed itself (routes[].compress): a stored coding, or an answer passed through."},
 	"shield_origin_streamed_responses_total":       {"counter", "Origin answers above cache.max_object_size streamed through uncached."},
 	"shield_cache_streamed_fills_total":            {"counter", "Cacheable misses of at least 1 MiB (Content-Length) whose body went to their clients and waiters as it arrived, while being stored."},
+	"shield_truncated_responses_total":             {"counter", "Responses whose body ended short after its length was sent (HTTP/1.1: connection closed; HTTP/2: stream reset), by cause: evicted (a memory entry's piece evicted while sent), disk (a disk tier file's read failed), origin (a streamed fill's origin body failed)."},
 	"shield_cache_streamed_fill_failures_total":    {"counter", "Streamed fills whose origin body failed or ended early: not stored, their clients saw a truncated transfer."},
 	"shield_purges_total":                          {"counter", "Purges applied through the admin listener."},
 	"shield_config_reloads_total":                  {"counter", "Successful configuration reloads."},

@@ -131,6 +131,8 @@ type disk struct {
 	// operations it returns an error for.
 	faults atomic.Pointer[func(op string) error]
 
+	failedStreams atomic.Uint64 // DiskBody reads that failed (Cache.TruncatedStreams)
+
 	downUntil                                                         atomic.Int64 // unix ns: writes skip the disk until then
 	hits, misses, writes, evictions, errs, corrupt, degraded, dropped atomic.Uint64
 }
