@@ -153,8 +153,24 @@ func (fl *fill) end(st fillState) {
 // is done with it).
 type fillReader struct {
 	fl     *fill
+	g      *globalMetrics // counts the reader cut short (nil: not counted)
 	off    int
 	closed bool
+	cut    bool // cut short, counted
+}
+
+// cutShort counts the reader's response as truncated (once): by the fill
+// failing, or (disk) its file failing to be read.
+func (r *fillReader) cutShort(disk bool) {
+	if r.cut || r.g == nil {
+		return
+	}
+	r.cut = true
+	if disk {
+		r.g.truncFillDisk.Add(1)
+	} else {
+		r.g.truncFill.Add(1)
+	}
 }
 
 func (r *fillReader) Read(p []byte) (int, error) {
@@ -178,6 +194,7 @@ func (r *fillReader) WriteTo(w io.Writer) (int64, error) {
 			if err == io.EOF {
 				return total, nil
 			}
+			r.cutShort(false)
 			return total, err
 		}
 		var n int
@@ -378,7 +395,7 @@ func (p *Proxy) answerFill(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		if ctx.Response.StatusCode() != fasthttp.StatusNotModified {
 			// The head goes out at once, the body as it arrives.
 			ctx.Response.ImmediateHeaderFlush = true
-			ctx.Response.SetBodyStream(&fillReader{fl: fl}, fl.size)
+			ctx.Response.SetBodyStream(&fillReader{fl: fl, g: p.g}, fl.size)
 		} else {
 			fl.release()
 		}

@@ -275,6 +275,9 @@ func TestStreamedFillFailedIsTruncatedAndNotStored(t *testing.T) {
 	if n := p.g.fillFailures.Get(); n != 1 {
 		t.Errorf("fill failures = %d, want 1", n)
 	}
+	if n := truncatedCount(t, p, "origin"); n != 2 {
+		t.Errorf("truncated responses (origin) = %d, want 2 (leader, waiter)", n)
+	}
 	// Not stored, not remembered: the next request asks the origin.
 	next := openFill(t, addr, "/cut", 1)
 	_, _ = next.rest()

@@ -86,6 +86,9 @@ func (fl *fill) release() {
 // when p is empty).
 func (r *fillReader) next(p []byte) ([]byte, error) {
 	b, end, err := r.fl.next(r.off)
+	if err != nil && err != io.EOF {
+		r.cutShort(false)
+	}
 	if b != nil || err != nil {
 		return b, err
 	}
@@ -104,6 +107,7 @@ func (r *fillReader) chunk(p []byte, end int) ([]byte, error) {
 	if err == nil || err == io.EOF {
 		err = io.ErrUnexpectedEOF // the file is shorter than what was written
 	}
+	r.cutShort(true)
 	return nil, err
 }
 

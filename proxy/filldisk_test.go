@@ -323,6 +323,9 @@ func TestDiskFillOriginFailsMidway(t *testing.T) {
 	if n := p.g.fillFailures.Get(); n != 1 {
 		t.Errorf("fill failures = %d, want 1", n)
 	}
+	if o, d := truncatedCount(t, p, "origin"), truncatedCount(t, p, "disk"); o != 2 || d != 0 {
+		t.Errorf("truncated responses: %d origin, %d disk; want 2 (leader, waiter), 0", o, d)
+	}
 	noOpenFiles(t, p, dir)
 }
 

@@ -94,12 +94,16 @@ type globalMetrics struct {
 	streamed         *metrics.Counter // responses too big to store, streamed through
 	streamedFills    *metrics.Counter // misses streamed to their clients as they arrived (fill.go)
 	fillFailures     *metrics.Counter // streamed fills whose body failed (not stored)
-	compressed       *metrics.Counter // bodies compressed by shield (routes[].compress)
-	purges           *metrics.Counter
-	reloads          *metrics.Counter
-	adminCrossSite   *metrics.Counter // admin requests refused as cross-site
-	stalls           *metrics.Counter // watchdog gaps that closed the cache (proxy/cluster/purgesync.go)
-	reloadFails      *metrics.Counter
+	// fill readers cut short (fillReader.cut): the fill failed (its
+	// origin body, mostly), or its file could not be read
+	// (writeTruncatedMetrics adds the cache's own causes).
+	truncFill, truncFillDisk atomic.Uint64
+	compressed               *metrics.Counter // bodies compressed by shield (routes[].compress)
+	purges                   *metrics.Counter
+	reloads                  *metrics.Counter
+	adminCrossSite           *metrics.Counter // admin requests refused as cross-site
+	stalls                   *metrics.Counter // watchdog gaps that closed the cache (proxy/cluster/purgesync.go)
+	reloadFails              *metrics.Counter
 }
 
 func newGlobalMetrics(cache *fastcache.Cache) *globalMetrics {
@@ -168,4 +172,16 @@ func newRouteMetrics(s *metrics.Set, route string) *routeMetrics {
 		m.stale[i] = s.NewCounter(`shield_stale_served_total{route="` + route + `",reason="` + staleLabels[i] + `"}`)
 	}
 	return m
+}
+
+// writeTruncatedMetrics exports the responses whose body stream ended
+// before its end once its length was on the wire (the connection closed,
+// an HTTP/2 stream reset): by cause, a memory entry's piece evicted while
+// it was sent, a disk read failing (a disk tier hit's or a disk fill's
+// file), a streamed fill failing (its origin body, mostly).
+func (p *Proxy) writeTruncatedMetrics(w io.Writer) {
+	evicted, disk := p.cache.TruncatedStreams()
+	metrics.WriteCounterUint64(w, `shield_truncated_responses_total{cause="evicted"}`, evicted)
+	metrics.WriteCounterUint64(w, `shield_truncated_responses_total{cause="disk"}`, disk+p.g.truncFillDisk.Load())
+	metrics.WriteCounterUint64(w, `shield_truncated_responses_total{cause="origin"}`, p.g.truncFill.Load())
 }

@@ -188,6 +188,7 @@ func New(cfg *config.Config, logger *slog.Logger) (*Proxy, error) {
 	p.g.set.RegisterMetricsWriter(p.writeStateMetrics)
 	p.g.set.RegisterMetricsWriter(p.writeTopKeyMetrics)
 	p.g.set.RegisterMetricsWriter(p.writeDiskMetrics)
+	p.g.set.RegisterMetricsWriter(p.writeTruncatedMetrics)
 	p.bg.ctx, p.bg.cancel = context.WithCancel(context.Background())
 	// The origins' health checks stop with the background work.
 	p.origins = upstream.NewRegistry(p.bg.ctx, p.g.set, p.logger)

@@ -245,6 +245,9 @@ func TestMemHitEvictedWhileSentClosesConnection(t *testing.T) {
 	body := memBigBody(n)
 	p, _ := memBigProxy(t, body, nil)
 	serve(p, get(t, "/big"))
+	if k := truncatedCount(t, p, "evicted"); k != 0 {
+		t.Fatalf("truncated responses (evicted) = %d before the eviction", k)
+	}
 	ln := &hookListener{Listener: fasthttputil.NewInmemoryListener(), after: 256 << 10, hook: func() { p.cache.Fastcache().Reset() }}
 	srv := &fasthttp.Server{Handler: p.Handler(), NoDefaultDate: true, MaxIdleWorkerDuration: 100 * time.Millisecond}
 	served := make(chan error, 1)
@@ -282,6 +285,31 @@ func TestMemHitEvictedWhileSentClosesConnection(t *testing.T) {
 	if len(rest) >= n || !bytes.Equal(rest, body[:len(rest)]) {
 		t.Fatalf("got %d body bytes of %d after the eviction (a prefix: %v), want a truncated prefix", len(rest), n, bytes.Equal(rest, body[:min(len(rest), n)]))
 	}
+	// Counted before the connection closed, once.
+	for cause, want := range map[string]uint64{"evicted": 1, "disk": 0, "origin": 0} {
+		if k := truncatedCount(t, p, cause); k != want {
+			t.Errorf("truncated responses (%s) = %d, want %d", cause, k, want)
+		}
+	}
+}
+
+// truncatedCount is shield_truncated_responses_total{cause=cause}.
+func truncatedCount(t *testing.T, p *Proxy, cause string) uint64 {
+	t.Helper()
+	var m bytes.Buffer
+	p.writeTruncatedMetrics(&m)
+	prefix := `shield_truncated_responses_total{cause="` + cause + `"} `
+	for line := range strings.Lines(m.String()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			k, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return k
+		}
+	}
+	t.Fatalf("no %s series in:\n%s", prefix, m.String())
+	return 0
 }
 
 // TestMemHitSnapshotEntryReadWhole: an entry loaded from a snapshot is

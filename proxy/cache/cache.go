@@ -127,7 +127,19 @@ func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verifi
 	if !ok {
 		return meta[:0], false, nil, nil, 0
 	}
-	return meta, true, &DiskBody{h: h, head: head, start: off, off: off, n: n}, nil, n
+	return meta, true, &DiskBody{h: h, head: head, start: off, off: off, n: n, failed: &c.d.failedStreams}, nil, n
+}
+
+// TruncatedStreams counts response body streams the cache ended before
+// their end: memory entries a piece of which was evicted while they were
+// sent (PieceReader), and disk tier bodies whose read failed (DiskBody's
+// Read; a failure inside sendfile is not told apart from the client's).
+func (c *Cache) TruncatedStreams() (evicted, disk uint64) {
+	evicted = c.s.evictedStreams.Load()
+	if c.d != nil {
+		disk = c.d.failedStreams.Load()
+	}
+	return evicted, disk
 }
 
 // getDisk reads k's entry from the disk tier into dst.
@@ -238,7 +250,7 @@ func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 	if c.d.takes(len(enc)) {
 		dw, err := c.d.write(key, enc)
 		if err != nil {
-			c.d.fail("write", err)
+			c.d.writeFailed(err)
 		} else {
 			w = &dw
 		}
@@ -301,7 +313,7 @@ func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) bool {
 	if w == nil && c.d.takes(len(enc)) {
 		// PutDerived's entries are written here, under the lock.
 		if dw, err := c.d.write(key, enc); err != nil {
-			c.d.fail("write", err)
+			c.d.writeFailed(err)
 		} else {
 			w = &dw
 		}

@@ -77,7 +77,11 @@ type DiskConfig struct {
 
 // DiskStats are the disk tier's counters (Cache.DiskStats).
 type DiskStats struct {
-	Bytes, Objects, MaxBytes                int64
+	Bytes, Objects, MaxBytes int64 // Bytes: committed files
+	// FillBytes is reserved for files being written under tmp (disk
+	// fills, and entries about to be committed): Bytes+FillBytes stay
+	// within MaxBytes.
+	FillBytes                               int64
 	Hits, Misses, Writes, Evictions, Errors uint64
 	Corrupt                                 uint64
 	OpenFiles                               int64 // files kept open for hits (diskopen.go)
@@ -112,7 +116,11 @@ type disk struct {
 	mu    sync.Mutex
 	items map[uint64]*diskItem
 	lru   diskItem // sentinel: lru.next is the most recently used
-	used  int64
+	used  int64    // committed files' bytes
+	// filling is the bytes reserved for files being written under tmp
+	// (reserve): used+filling stays within max, so that files written
+	// while the tier is full do not take the disk beyond its size.
+	filling int64
 	// opened holds the items whose files are kept open (diskopen.go), a
 	// ring: openNext is the next slot taken, closing its holder's file.
 	opened    []*diskItem
@@ -122,6 +130,8 @@ type disk struct {
 	// faults, when set (Cache.SetDiskFault, tests), fails disk fill
 	// operations it returns an error for.
 	faults atomic.Pointer[func(op string) error]
+
+	failedStreams atomic.Uint64 // DiskBody reads that failed (Cache.TruncatedStreams)
 
 	downUntil                                                         atomic.Int64 // unix ns: writes skip the disk until then
 	hits, misses, writes, evictions, errs, corrupt, degraded, dropped atomic.Uint64
@@ -446,23 +456,67 @@ func (d *disk) fail(op string, err error) {
 	}
 }
 
-// diskWrite is a file written under tmp, not yet committed.
+// writeFailed records a write's error: the disk's (fail), or the
+// tier's room taken by files being written (errDiskFull: the entry goes
+// to memory as when the disk backs off, and the disk is not failing).
+func (d *disk) writeFailed(err error) {
+	if err != errDiskFull {
+		d.fail("write", err)
+	}
+}
+
+// diskWrite is a file written under tmp, not yet committed; its size
+// is reserved (reserve) until commit or abort.
 type diskWrite struct {
 	tmp  string
 	size int64
 }
 
+// errDiskFull is reserve's refusal: the files being written already take
+// the tier's size. Not a failing disk.
+var errDiskFull = errors.New("cache: disk tier full of files being written")
+
+// reserve counts n bytes of a file about to be written under tmp in the
+// tier's size, evicting the least recently used files as a commit would,
+// so that committed and in-progress files stay within it. It refuses
+// (false, evicting nothing) when the files being written leave no room.
+// unreserve (or commit, abort) gives the bytes back.
+func (d *disk) reserve(n int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.filling+n > d.max {
+		return false
+	}
+	d.filling += n
+	d.evictLocked(nil)
+	return true
+}
+
+// unreserve gives back n bytes reserve counted.
+func (d *disk) unreserve(n int64) {
+	d.mu.Lock()
+	d.filling -= n
+	d.mu.Unlock()
+}
+
 // write writes key's file under tmp, fsynced; commit renames it into
 // place. Errors are the disk's (ENOSPC, EIO, permissions).
+// The file's size is reserved first: errDiskFull when it cannot be.
 func (d *disk) write(key, enc []byte) (w diskWrite, err error) {
+	size := int64(diskHeaderLen + len(key) + len(enc) + diskTrailerLen)
+	if !d.reserve(size) {
+		return w, errDiskFull
+	}
 	f, err := d.createTemp()
 	if err != nil {
+		d.unreserve(size)
 		return w, err
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
 			_ = os.Remove(f.Name())
+			d.unreserve(size)
 		}
 	}()
 	var hb [diskHeaderLen + diskTrailerLen]byte
@@ -485,19 +539,24 @@ func (d *disk) write(key, enc []byte) (w diskWrite, err error) {
 	if err = f.Close(); err != nil {
 		return w, err
 	}
-	return diskWrite{tmp: f.Name(), size: int64(diskHeaderLen + len(key) + len(enc) + diskTrailerLen)}, nil
+	return diskWrite{tmp: f.Name(), size: size}, nil
 }
 
-// abort removes a write that is not committed.
-func (d *disk) abort(w diskWrite) { _ = os.Remove(w.tmp) }
+// abort removes a write that is not committed, and its reservation.
+func (d *disk) abort(w diskWrite) {
+	_ = os.Remove(w.tmp)
+	d.unreserve(w.size)
+}
 
 // commit renames w into place as key's file and indexes it (the
 // caller holds key's stripe lock), evicting the least recently used
-// files beyond the tier's size.
+// files beyond the tier's size. w's reservation becomes the file's
+// count (or is given back when the rename fails): counted once.
 func (d *disk) commit(digest uint64, w diskWrite, e *Entry) error {
 	p := d.path(digest)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.filling -= w.size
 	err := os.Rename(w.tmp, p)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err = os.MkdirAll(filepath.Dir(p), 0o755); err == nil {
@@ -521,10 +580,10 @@ func (d *disk) commit(digest uint64, w diskWrite, e *Entry) error {
 	return nil
 }
 
-// evictLocked removes the least recently used files until the tier fits
-// its size, never keep.
+// evictLocked removes the least recently used files until the tier, with
+// the files being written, fits its size, never keep.
 func (d *disk) evictLocked(keep *diskItem) {
-	for d.used > d.max {
+	for d.used+d.filling > d.max {
 		it := d.lru.prev
 		if it == &d.lru || it == keep {
 			return
@@ -700,7 +759,7 @@ func (d *disk) openFile(key, buf []byte, digest uint64, verified bool) (f *os.Fi
 // stats reads the tier's counters.
 func (d *disk) stats() DiskStats {
 	d.mu.Lock()
-	s := DiskStats{Bytes: d.used, Objects: int64(len(d.items)), MaxBytes: d.max, OpenFiles: int64(d.openCount)}
+	s := DiskStats{Bytes: d.used, FillBytes: d.filling, Objects: int64(len(d.items)), MaxBytes: d.max, OpenFiles: int64(d.openCount)}
 	d.mu.Unlock()
 	s.Hits, s.Misses, s.Writes = d.hits.Load(), d.misses.Load(), d.writes.Load()
 	s.Evictions, s.Errors, s.Corrupt = d.evictions.Load(), d.errs.Load(), d.corrupt.Load()

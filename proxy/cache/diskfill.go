@@ -40,24 +40,37 @@ type DiskFill struct {
 	done    bool // committed, refused or aborted: the file is no longer tmp's
 }
 
+// reserved is the file's size, reserved in the tier's (disk.reserve)
+// from the start until Store hands it to the commit, or Abort.
+func (w *DiskFill) reserved() int64 { return w.bodyOff + int64(w.size) }
+
 // StartDiskFill starts writing key's entry of a size-byte body whose
 // body-less encoding (meta and footer, as AppendEntry makes it with an
 // empty body) is head, when the disk tier would take the whole entry now
-// (Store's rule). It returns nil when it would not, or when the temporary
-// file cannot be created (the tier is then failing: see disk.fail).
+// (Store's rule). The whole file's size counts in the tier's while it is
+// written (disk.reserve, evicting as a commit would). It returns nil when
+// the tier would not take it, when the files being written leave no room,
+// or when the temporary file cannot be created (the tier is then failing:
+// see disk.fail).
 func (c *Cache) StartDiskFill(key, head []byte, size int) *DiskFill {
 	if !c.d.takes(size+len(head)) || len(head) < footerLen {
 		return nil
 	}
+	w := &DiskFill{
+		c: c, key: key, head: head, size: size, sum: xxhash.New(),
+		bodyOff: int64(diskHeaderLen + len(key) + len(head) + diskTrailerLen),
+	}
+	if !c.d.reserve(w.reserved()) {
+		return nil
+	}
 	f, err := c.d.createTemp()
 	if err != nil {
+		c.d.unreserve(w.reserved())
 		c.d.fail("write", err)
 		return nil
 	}
-	return &DiskFill{
-		c: c, f: f, key: key, head: head, size: size, sum: xxhash.New(),
-		bodyOff: int64(diskHeaderLen + len(key) + len(head) + diskTrailerLen),
-	}
+	w.f = f
+	return w
 }
 
 // createTemp creates a file under tmp (recreating tmp once when it was
@@ -112,16 +125,18 @@ func (w *DiskFill) Store(e *Entry, o PutOptions) PutResult {
 		if err := w.finish(); err != nil {
 			c.d.fail("write", err)
 		} else {
-			dw = &diskWrite{tmp: w.f.Name(), size: w.bodyOff + int64(w.size)}
+			dw = &diskWrite{tmp: w.f.Name(), size: w.reserved()}
 			dead, _ = c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags)
 		}
 	}
 	if dead || dw == nil {
 		_ = os.Remove(w.f.Name())
+		c.d.unreserve(w.reserved())
 		if dead {
 			return Refused
 		}
 	}
+	// dw's reservation goes with it: commit or abort gives it back.
 	return c.storeWritten(w.key, nil, e, o, dw)
 }
 
@@ -160,6 +175,7 @@ func (w *DiskFill) Abort() {
 	if !w.done {
 		w.done = true
 		_ = os.Remove(w.f.Name())
+		w.c.d.unreserve(w.reserved())
 	}
 }
 

@@ -5,8 +5,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/shield-proxy/shield/cachekey"
 )
 
 // startFill starts a disk fill of the entry response(key, seq, body)
@@ -193,5 +198,165 @@ func TestDiskFillFailures(t *testing.T) {
 	}
 	if st, _ := c.DiskStats(); !st.Degraded || st.DegradedTotal != 2 {
 		t.Fatalf("stats %+v: want the tier degraded again", st)
+	}
+}
+
+// committedBytes is the size of the tier's committed files on disk.
+func committedBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	for _, f := range diskFiles(t, dir) {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += fi.Size()
+	}
+	return n
+}
+
+// TestDiskFillReservation: a disk fill's whole file counts in the tier's
+// size from its start (evicting committed files as a commit would), a
+// fill the files being written leave no room for is refused, an aborted
+// fill gives its bytes back, and a committed one is counted once (as a
+// file, no longer as a fill).
+func TestDiskFillReservation(t *testing.T) {
+	dir := t.TempDir()
+	const size = 1 << 20
+	c := newDiskCache(t, dir, size)
+	for i := range 12 {
+		key := []byte("old" + strconv.Itoa(i))
+		enc, e := response(key, c.Invalidations().Next(), bigBody(64<<10, "o"))
+		c.Put(key, enc, e, PutOptions{})
+	}
+	check := func(when string, wantFill int64) DiskStats {
+		t.Helper()
+		st, _ := c.DiskStats()
+		if st.Bytes+st.FillBytes > size || st.FillBytes != wantFill || st.Bytes != committedBytes(t, dir) {
+			t.Fatalf("%s: %d committed + %d filling bytes (%d files on disk), want %d filling, at most %d in all",
+				when, st.Bytes, st.FillBytes, committedBytes(t, dir), wantFill, size)
+		}
+		return st
+	}
+	before := check("committed only", 0)
+	body := bigBody(240<<10, "f")
+	var fills []*DiskFill
+	var entries []*Entry
+	var reserved int64
+	for i := range 4 {
+		w, e, _ := startFill(t, c, []byte("fill"+strconv.Itoa(i)), c.Invalidations().Next(), body)
+		fills, entries = append(fills, w), append(entries, e)
+		reserved += w.reserved()
+		check("fills started", reserved)
+	}
+	if st, _ := c.DiskStats(); st.Evictions == before.Evictions {
+		t.Fatal("fills evicted no committed file")
+	}
+	enc, e := response([]byte("fill-more"), c.Invalidations().Next(), body)
+	he := *e
+	he.Body = nil
+	if w := c.StartDiskFill([]byte("fill-more"), AppendEntry(nil, &he, nil, nil), len(body)); w != nil {
+		t.Fatal("a fill beyond what the fills in progress leave was started")
+	}
+	// A whole entry the fills leave no room for goes to memory, the disk
+	// not failing.
+	if res := c.Store([]byte("put-more"), enc, e, PutOptions{}); res != Stored {
+		t.Fatalf("Store with the tier full of fills: %v, want Stored (in memory)", res)
+	}
+	if ok, _, _ := c.d.stored(cachekey.Digest([]byte("put-more"))); ok || len(c.Get(nil, []byte("put-more"))) == 0 {
+		t.Fatal("an entry the fills leave no room for is not in memory only")
+	}
+	check("refused", reserved)
+	if st, _ := c.DiskStats(); st.Errors != 0 || st.Degraded {
+		t.Fatalf("a full tier counted as a failing disk: %+v", st)
+	}
+
+	fills[0].Abort()
+	reserved -= fills[0].reserved()
+	check("a fill aborted", reserved)
+	_ = fills[0].Close()
+	writeFill(t, fills[1], []byte(body))
+	if res := fills[1].Store(entries[1], PutOptions{}); res != Stored {
+		t.Fatalf("Store: %v", res)
+	}
+	reserved -= fills[1].reserved()
+	st := check("a fill committed", reserved)
+	if ok, _, _ := c.d.stored(cachekey.Digest([]byte("fill1"))); !ok {
+		t.Fatal("the committed fill is not indexed")
+	}
+	_ = fills[1].Close()
+	// Refused after being written (a newer fetch stored meanwhile).
+	newer, ne := response([]byte("fill2"), c.Invalidations().Next(), bigBody(8<<10, "n"))
+	c.Put([]byte("fill2"), newer, ne, PutOptions{})
+	writeFill(t, fills[2], []byte(body))
+	if res := fills[2].Store(entries[2], PutOptions{}); res != Refused {
+		t.Fatalf("Store over a newer fetch: %v", res)
+	}
+	reserved -= fills[2].reserved()
+	check("a fill refused", reserved)
+	_ = fills[2].Close()
+	_ = fills[3].Close() // neither stored nor aborted: Close aborts
+	check("all fills ended", 0)
+	if tmpCount(t, dir) != 0 || st.Objects == 0 {
+		t.Fatalf("%d temporary files left, %d objects", tmpCount(t, dir), st.Objects)
+	}
+}
+
+// TestDiskFillReservationConcurrent: fills and Puts racing never take
+// the tier, committed and in progress, beyond its size, and leave no
+// reservation behind.
+func TestDiskFillReservationConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	const size = 1 << 20
+	c := newDiskCache(t, dir, size)
+	var wg sync.WaitGroup
+	var over atomic.Int64
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if st, _ := c.DiskStats(); st.Bytes+st.FillBytes > size {
+				over.Store(st.Bytes + st.FillBytes)
+			}
+		}
+	}()
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				key := []byte("g" + strconv.Itoa(g) + "-" + strconv.Itoa(i%5))
+				body := bigBody((100+40*g)<<10, "x")
+				if i%3 == 0 {
+					enc, e := response(key, c.Invalidations().Next(), body)
+					c.Put(key, enc, e, PutOptions{})
+					continue
+				}
+				_, e := response(key, c.Invalidations().Next(), body)
+				he := *e
+				he.Body = nil
+				w := c.StartDiskFill(key, AppendEntry(nil, &he, nil, []Header{{Name: []byte("Content-Type"), Value: []byte("text/plain")}}), len(body))
+				if w == nil {
+					continue
+				}
+				if err := w.WriteAt([]byte(body), 0); err == nil && i%4 != 1 {
+					w.Store(e, PutOptions{})
+				}
+				_ = w.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	st, _ := c.DiskStats()
+	if n := over.Load(); n != 0 {
+		t.Fatalf("the tier's accounting reached %d bytes, beyond %d", n, size)
+	}
+	if st.FillBytes != 0 || st.Bytes != committedBytes(t, dir) || tmpCount(t, dir) != 0 || st.Writes == 0 {
+		t.Fatalf("after the fills: %+v, %d bytes in files, %d temporary", st, committedBytes(t, dir), tmpCount(t, dir))
 	}
 }

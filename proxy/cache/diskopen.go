@@ -113,6 +113,10 @@ type DiskBody struct {
 	head   []byte // the body's first bytes (read only; shared)
 	start  int64  // where the body starts in the file
 	off, n int64  // what is left to send: n bytes at off
+	// failed counts bodies whose read failed before their end (the
+	// disk tier's failedStreams); cut: this one was.
+	failed *atomic.Uint64
+	cut    bool
 }
 
 // Read reads the body's next bytes.
@@ -137,6 +141,12 @@ func (b *DiskBody) Read(p []byte) (int, error) {
 	b.n -= int64(k)
 	if err == io.EOF && k > 0 {
 		err = nil
+	}
+	if err != nil && !b.cut && b.failed != nil {
+		// Short of its length (an I/O error, a file shorter than
+		// indexed): the response is cut short.
+		b.cut = true
+		b.failed.Add(1)
 	}
 	return k, err
 }

@@ -129,3 +129,38 @@ func TestDiskOpenFiles(t *testing.T) {
 		t.Fatalf("after the removal: %+v", st)
 	}
 }
+
+// TestDiskBodyReadFailureCounted: a disk hit's body whose read fails
+// before its end (here the file cut short behind the index's back) is
+// counted once as a truncated stream; a whole read is not.
+func TestDiskBodyReadFailureCounted(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	putBig(t, c, []byte("whole"), bigBody(200<<10, "w"))
+	if b, ok := readBody(t, c, []byte("whole"), false); !ok || len(b) != 200<<10 {
+		t.Fatalf("whole read: %v, %d bytes", ok, len(b))
+	}
+	if ev, d := c.TruncatedStreams(); ev != 0 || d != 0 {
+		t.Fatalf("after a whole read: %d evicted, %d disk truncated streams; want none", ev, d)
+	}
+	key := []byte("cut")
+	putBig(t, c, key, bigBody(200<<10, "c"))
+	_, _, f, n := c.GetVerifiedOrFile(nil, key)
+	if f == nil {
+		t.Fatal("no disk hit")
+	}
+	defer f.Close()
+	p := c.d.path(cachekey.Digest(key))
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(p, fi.Size()-100<<10); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(f)
+	_, _ = f.Read(make([]byte, 10))
+	if _, d := c.TruncatedStreams(); int64(len(b)) >= n || d != 1 {
+		t.Fatalf("read %d of %d bytes of a cut file; %d truncated streams counted, want 1", len(b), n, d)
+	}
+}

@@ -20,7 +20,8 @@ import (
 // as before. A piece evicted while the body is being sent ends the stream
 // with ErrPieceEvicted: the answer's length is already on the wire, so
 // the server closes the connection and the client sees a truncated
-// transfer, never a short body presented as complete. A value loaded
+// transfer, never a short body presented as complete (counted once per
+// reader: Cache.TruncatedStreams). A value loaded
 // from a snapshot is read whole and checked by its entry checksum, as
 // before: streaming cannot check a body before sending it.
 
@@ -40,6 +41,7 @@ type PieceReader struct {
 	end   uint64 // the body offset the reader stops at
 	buf   []byte // the piece read last
 	cur   []byte // its bytes not yet read, up to end
+	cut   bool   // ended by ErrPieceEvicted (counted once)
 }
 
 // pieceBatch is how many pieces WriteTo reads into its buffer before one
@@ -75,6 +77,10 @@ func (r *PieceReader) fill(batch int) error {
 		at := i * r.piece
 		if at >= r.total || uint64(len(r.buf))-before != min(r.piece, r.total-at) {
 			r.cur = nil
+			if !r.cut {
+				r.cut = true
+				r.s.evictedStreams.Add(1)
+			}
 			return ErrPieceEvicted
 		}
 	}

@@ -156,6 +156,11 @@ func TestStreamEvictedWhileSent(t *testing.T) {
 	if sent >= int64(n) || sent != int64(w.b.Len()) || !bytes.Equal(w.b.Bytes(), body[:sent]) {
 		t.Fatalf("sent %d of %d bytes (%d written), want a prefix of the body", sent, n, w.b.Len())
 	}
+	// Counted once (Cache.TruncatedStreams), however often it is read
+	// again.
+	if _, err := r.WriteTo(io.Discard); !errors.Is(err, ErrPieceEvicted) || s.evictedStreams.Load() != 1 {
+		t.Fatalf("WriteTo after the eviction: %v; %d truncated streams counted, want 1", err, s.evictedStreams.Load())
+	}
 }
 
 // evictingWriter keeps what it is given and calls evict once it has

@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/fastcache"
 )
@@ -78,6 +79,9 @@ type store struct {
 	maxEntry uint64
 	// epoch identifies this process's writes (see above).
 	epoch uint64
+	// evictedStreams counts PieceReaders ended by ErrPieceEvicted
+	// (piecestream.go): responses cut short.
+	evictedStreams atomic.Uint64
 }
 
 // openStore loads the snapshot at path when there is one, else starts
