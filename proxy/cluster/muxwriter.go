@@ -63,12 +63,9 @@ func (w *muxWriter) begin() (q []byte, ok bool) {
 // nobody is writing, the caller writes it.
 func (w *muxWriter) end(q []byte) {
 	w.q = q
-	if w.busy || w.closed || len(w.q) == 0 {
-		w.mu.Unlock()
+	if !w.claimLocked() {
 		return
 	}
-	w.busy = true
-	w.mu.Unlock()
 	// Let the senders that are runnable queue theirs first: one write
 	// then carries them all.
 	runtime.Gosched()
@@ -92,13 +89,22 @@ func (w *muxWriter) hold(q []byte) {
 // flush writes what is queued when nobody is writing.
 func (w *muxWriter) flush() {
 	w.mu.Lock()
+	if w.claimLocked() {
+		w.writeQueued()
+	}
+}
+
+// claimLocked, under mu (which it releases), makes the caller the
+// writer when something is queued and nobody is writing (busy), and
+// reports whether it did.
+func (w *muxWriter) claimLocked() bool {
 	if w.busy || w.closed || len(w.q) == 0 {
 		w.mu.Unlock()
-		return
+		return false
 	}
 	w.busy = true
 	w.mu.Unlock()
-	w.writeQueued()
+	return true
 }
 
 // writeQueued writes the queue, by the writer at work (busy); what was

@@ -123,16 +123,7 @@ func TestCoarseTimeoutsFire(t *testing.T) {
 	if pub.slack != 25*time.Millisecond {
 		t.Fatalf("slack %v, want 25ms", pub.slack)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- pub.Serve(ln, nil) }()
-	t.Cleanup(func() {
-		_ = pub.Shutdown()
-		<-served
-	})
+	ln := servePlain(t, pub)
 	dial := func() (net.Conn, *bufio.Reader) {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
@@ -271,13 +262,7 @@ func TestCoalescedAnswersIntact(t *testing.T) {
 		}
 	}, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
 	pub := New(h1, config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- pub.Serve(ln, nil) }()
-	t.Cleanup(func() { _ = pub.Shutdown(); <-served })
+	ln := servePlain(t, pub)
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -307,4 +292,18 @@ func TestCoalescedAnswersIntact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// servePlain serves pub on a loopback listener without TLS until the
+// test ends, and returns the listener.
+func servePlain(t *testing.T, pub *Public) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- pub.Serve(ln, nil) }()
+	t.Cleanup(func() { _ = pub.Shutdown(); <-served })
+	return ln
 }

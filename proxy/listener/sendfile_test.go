@@ -77,13 +77,7 @@ func TestFileSectionSent(t *testing.T) {
 		ctx.SetBodyStream(&testSection{f: f, off: prefix, n: n, read: &read}, int(n))
 	}, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
 	pub := New(h1, config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- pub.Serve(ln, nil) }()
-	t.Cleanup(func() { _ = pub.Shutdown(); <-served })
+	ln := servePlain(t, pub)
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {
