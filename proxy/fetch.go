@@ -501,7 +501,9 @@ func setRetryAfter(resp *fasthttp.Response, d time.Duration) {
 // (stale-while-revalidate), coalesced with any fetch of the key already in
 // flight. The request is copied before the handler returns; the refresh
 // runs under the proxy's background context, is not charged to the
-// client's tenant, and its result reaches waiters like any fetch.
+// client's tenant, and its result reaches waiters like any fetch. A
+// refresh whose copy was replaced meanwhile asks nothing
+// (refreshedMeanwhile).
 func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, staleCopy []byte) {
 	key := sc.flightKey()
 	f, leader := p.fl.join(key, cachekey.Digest(key))
@@ -518,7 +520,7 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		defer p.bg.wg.Done()
 		defer fasthttp.ReleaseRequest(req)
 		defer p.fl.finish(f)
-		if p.bg.ctx.Err() != nil {
+		if p.bg.ctx.Err() != nil || p.refreshedMeanwhile(f, flightKey, se) {
 			return
 		}
 		a := p.fetchOrigin(&originFetch{rt: rt, rte: rte, req: req, stale: se, primary: primary, flightKey: flightKey, urlDigest: urlDigest, hasAuth: hasAuth, flight: f})
@@ -528,6 +530,31 @@ func (p *Proxy) refreshInBackground(ctx *fasthttp.RequestCtx, rt *runtimeConfig,
 		}
 		a.release()
 	}()
+}
+
+// refreshedMeanwhile reports whether key holds an answer whose fetch
+// started after that of se, the copy a background refresh was asked for,
+// and then shares that answer with the refresh's flight f. A hit reads
+// its entry first and joins the key's flight after: a refresh that
+// stored its answer and ended in between leaves this one leading with a
+// copy already replaced, and asking the origin again would be a second
+// refresh of the key back to back, whose answer would replace the one
+// just stored (miss re-checks the store for the same reason). Fetch
+// order decides, as it does for Store, not freshness: an eager refresh's
+// answer may itself be past the eager point. Without se (no copy, or
+// one invalidated since) the refresh goes ahead.
+func (p *Proxy) refreshedMeanwhile(f *flight, key []byte, se *cache.Entry) bool {
+	if se == nil {
+		return false
+	}
+	b := p.cache.Get(nil, key)
+	var e cache.Entry
+	if len(b) == 0 || cache.DecodeEntry(b, &e) != nil || e.Kind != cache.KindResponse || e.KeyDigest != cachekey.Digest(key) ||
+		e.FetchSeq <= se.FetchSeq || !p.cache.Invalidations().Servable(&e, time.Now()) {
+		return false
+	}
+	f.kind, f.entry, f.key = flightShared, b, key
+	return true
 }
 
 // storeResponse writes e (and, for a varying response, its vary marker)

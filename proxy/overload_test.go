@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
@@ -94,13 +96,17 @@ func TestDecideTTLJitter(t *testing.T) {
 	}
 }
 
-// TestEagerRefresh: with eager_refresh 0.8, a hit on an entry 9 s into a
-// 10 s lifetime (the origin says Age: 9) is answered from the cache and
-// starts one background refresh; the hits that arrive while it runs are
-// hits too and start no other; once it is stored the hits carry the new
-// body. An entry before the point starts nothing.
+// TestEagerRefresh: with eager_refresh 0.8, a hit on an entry 90 s into
+// a 100 s lifetime (the origin says Age: 90) is answered from the cache
+// and starts one background refresh; the hits that arrive while it runs
+// are hits too and start no other; once it is stored the hits carry the
+// new body. An entry before the point starts nothing. (The entry stays
+// fresh for 10 s of test time: with Age 9 of 10 a loaded machine took
+// the 1 s between the fill and a hit, which then revalidated.)
 func TestEagerRefresh(t *testing.T) {
 	release := make(chan struct{})
+	var released sync.Once
+	releaseOrigin := func() { released.Do(func() { close(release) }) }
 	// young counts the origin's requests for the young entry alone: a
 	// refresh of /e started by the last hits above may still reach the
 	// origin while the young entry is checked.
@@ -109,16 +115,20 @@ func TestEagerRefresh(t *testing.T) {
 		if n == 2 {
 			<-release
 		}
-		age := "9"
+		age := "90"
 		if strings.Contains(r.URL.RawQuery, "young") {
 			age = "0"
 			young.Add(1)
 		}
-		w.Header().Set("Cache-Control", "public, max-age=10")
+		w.Header().Set("Cache-Control", "public, max-age=100")
 		w.Header().Set("Age", age)
 		_, _ = w.Write([]byte("body " + itoa(int(n))))
 	})
 	p := newTestProxy(t, o.addr(), func(c *config.Config) { c.Routes[0].Cache.EagerRefresh = 0.8 })
+	// A failure before the release below must not leave the origin's
+	// handler blocked: closing the proxy and the origin would wait for it
+	// for ever (cleanups run last first: this one before theirs).
+	t.Cleanup(releaseOrigin)
 	if s := summary(serve(p, get(t, "/e"))); s.code != 200 || s.body != "body 1" {
 		t.Fatalf("first GET: %+v", s)
 	}
@@ -130,12 +140,12 @@ func TestEagerRefresh(t *testing.T) {
 		}
 	}
 	waitUntil(t, "the refresh to reach the origin", func() bool { return o.hits.Load() == 2 })
-	close(release)
+	releaseOrigin()
 	waitUntil(t, "the refreshed entry", func() bool {
 		return summary(serve(p, get(t, "/e"))).body == "body 2" || o.hits.Load() > 3
 	})
 	if n := o.hits.Load(); n != 2 && n != 3 {
-		// 3: a hit on the refreshed entry (Age 9 again) may start the next one.
+		// 3: a hit on the refreshed entry (Age 90 again) may start the next one.
 		t.Fatalf("origin saw %d requests, want 2 (one refresh for 21 hits)", n)
 	}
 
@@ -149,5 +159,65 @@ func TestEagerRefresh(t *testing.T) {
 	}
 	if n := young.Load(); n != 1 {
 		t.Fatalf("hits on an entry before the eager point reached the origin %d times", n-1)
+	}
+}
+
+// TestRefreshAfterRacingRefresh: a hit that read an entry before a
+// background refresh of its key stored the new answer, and reaches the
+// flight check only after that refresh ended, starts no second refresh
+// (eager_refresh's and stale-while-revalidate's alike): the origin sees
+// one refresh and the key keeps the refreshed answer. The late hit is
+// played out in order: its copy is read first, the refresh runs to its
+// end, then the hit's refresh is asked for with the copy it read.
+func TestRefreshAfterRacingRefresh(t *testing.T) {
+	for _, tc := range []struct {
+		name, cacheControl string
+		late               func(p *Proxy, ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte)
+	}{
+		{"eager", "public, max-age=100", func(p *Proxy, ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte) {
+			p.eagerRefresh(ctx, rt, rte, sc, e, b, e.Age(time.Now()))
+		}},
+		{"stale-while-revalidate", "public, max-age=50, stale-while-revalidate=600", func(p *Proxy, ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, _ *cache.Entry, b []byte) {
+			p.refreshInBackground(ctx, rt, rte, sc, bytes.Clone(b))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newTestOrigin(t, func(w http.ResponseWriter, r *http.Request, n int64) {
+				w.Header().Set("Cache-Control", tc.cacheControl)
+				w.Header().Set("Age", "90") // past eager_refresh's point (80 s), or stale
+				_, _ = w.Write([]byte("body " + itoa(int(n))))
+			})
+			p := newTestProxy(t, o.addr(), func(c *config.Config) { c.Routes[0].Cache.EagerRefresh = 0.8 })
+			serve(p, get(t, "/r"))
+			ctx := get(t, "/r")
+			key := primaryKey(p, ctx)
+			old := p.cache.Get(nil, key) // the late hit's lookup: body 1
+			var e cache.Entry
+			if err := cache.DecodeEntry(old, &e); err != nil || string(e.Body) != "body 1" {
+				t.Fatalf("first fill: %q, %v", e.Body, err)
+			}
+
+			// Another hit starts the refresh, which stores body 2 and ends.
+			if s := summary(serve(p, get(t, "/r"))); s.body != "body 1" {
+				t.Fatalf("hit starting the refresh: %+v", s)
+			}
+			waitUntil(t, "the first refresh stored and ended", func() bool {
+				cur, ok := stored(t, p, key)
+				return ok && string(cur.Body) == "body 2" && p.fl.inFlight() == 0
+			})
+
+			sc := &scratch{}
+			rt := p.rt.Load()
+			rte := rt.routes[rt.table.Match(ctx.Request.Header.Host(), ctx.Request.URI().PathOriginal()).Index]
+			sc.key = rte.appendKey(nil, ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, nil))
+			tc.late(p, ctx, rt, rte, sc, &e, old)
+			waitUntil(t, "the late hit's refresh to end", func() bool { return p.fl.inFlight() == 0 })
+			if n := o.hits.Load(); n != 2 {
+				t.Errorf("origin saw %d requests, want 2: the late hit refreshed a key refreshed after its lookup", n)
+			}
+			if cur, ok := stored(t, p, key); !ok || string(cur.Body) != "body 2" {
+				t.Errorf("stored %q (%v), want body 2", cur.Body, ok)
+			}
+		})
 	}
 }
