@@ -126,6 +126,10 @@ type disk struct {
 	opened    []*diskItem
 	openNext  int
 	openCount int // items holding an open file
+	// born starts the clock of kept files' checks (now); checkEvery is
+	// diskCheckEvery (tests shorten it).
+	born       time.Time
+	checkEvery time.Duration
 
 	// faults, when set (Cache.SetDiskFault, tests), fails disk fill
 	// operations it returns an error for.
@@ -152,6 +156,7 @@ func (c *Cache) OpenDisk(cfg DiskConfig, logger *slog.Logger) error {
 		// would evict most of it.
 		maxEntry: min(cfg.Size/4, int64(c.s.maxEntry)),
 		logger:   logger, items: make(map[uint64]*diskItem),
+		born: time.Now(), checkEvery: diskCheckEvery,
 	}
 	d.lru.next, d.lru.prev = &d.lru, &d.lru
 	if err := os.MkdirAll(d.tmp, 0o755); err != nil {
@@ -663,10 +668,11 @@ func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, head, meta []byt
 		h := o.h
 		h.refs.Add(1)
 		meta = append(buf[:0], o.meta...)
+		check := d.checkDueLocked(o)
 		d.mu.Unlock()
-		if fileGone(h.fd) {
+		if check && fileGone(h.fd) {
 			// Removed behind the index's back (the directory deleted):
-			// gone for good, and never served.
+			// gone for good, and not served from now on.
 			h.release()
 			d.mu.Lock()
 			if d.items[digest] == it {
