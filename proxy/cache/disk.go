@@ -90,6 +90,11 @@ type DiskStats struct {
 	// Dropped counts entries neither tier kept: the disk failed them (or
 	// was backing off) and they were larger than memory takes.
 	Dropped uint64
+	// FillRefused counts files not started on disk because the files
+	// being written already took the tier's size (reserve): disk fills
+	// and whole entries about to be written, which went to memory (or,
+	// too large for it, were served and not stored).
+	FillRefused uint64
 }
 
 type diskItem struct {
@@ -139,6 +144,7 @@ type disk struct {
 
 	downUntil                                                         atomic.Int64 // unix ns: writes skip the disk until then
 	hits, misses, writes, evictions, errs, corrupt, degraded, dropped atomic.Uint64
+	fillRefused                                                       atomic.Uint64 // reserve's refusals
 }
 
 // OpenDisk adds a disk tier to c (before c is used). The directory is
@@ -490,6 +496,7 @@ func (d *disk) reserve(n int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.filling+n > d.max {
+		d.fillRefused.Add(1)
 		return false
 	}
 	d.filling += n
@@ -771,5 +778,6 @@ func (d *disk) stats() DiskStats {
 	s.Evictions, s.Errors, s.Corrupt = d.evictions.Load(), d.errs.Load(), d.corrupt.Load()
 	s.Degraded = time.Now().UnixNano() < d.downUntil.Load()
 	s.DegradedTotal, s.Dropped = d.degraded.Load(), d.dropped.Load()
+	s.FillRefused = d.fillRefused.Load()
 	return s
 }
