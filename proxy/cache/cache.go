@@ -127,7 +127,7 @@ func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verifi
 	if !ok {
 		return meta[:0], false, nil, nil, 0
 	}
-	return meta, true, &DiskBody{h: h, head: head, start: off, off: off, n: n, failed: &c.d.failedStreams}, nil, n
+	return meta, true, newDiskBody(h, head, off, n, &c.d.failedStreams), nil, n
 }
 
 // TruncatedStreams counts response body streams the cache ended before

@@ -3,6 +3,7 @@ package cache
 import (
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -189,11 +190,26 @@ func (b *DiskBody) Advance(k int64) {
 	b.n -= k
 }
 
-// Close lets go of the descriptor (once; later calls do nothing).
+// diskBodies recycles DiskBody values: a hit takes one, its Close gives
+// it back (as PieceReader's do), so a disk hit allocates nothing.
+var diskBodies = sync.Pool{New: func() any { return new(DiskBody) }}
+
+// newDiskBody is a DiskBody over n bytes of h from off, the body starting
+// there (its first bytes in head).
+func newDiskBody(h *diskFD, head []byte, off, n int64, failed *atomic.Uint64) *DiskBody {
+	b := diskBodies.Get().(*DiskBody)
+	*b = DiskBody{h: h, head: head, start: off, off: off, n: n, failed: failed}
+	return b
+}
+
+// Close lets go of the descriptor and gives b back for another hit: b is
+// not used after (a later Close of the same b while no hit holds it does
+// nothing, as b.h is nil).
 func (b *DiskBody) Close() error {
 	if h := b.h; h != nil {
-		b.h = nil
+		*b = DiskBody{}
 		h.release()
+		diskBodies.Put(b)
 	}
 	return nil
 }
