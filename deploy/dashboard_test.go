@@ -195,7 +195,8 @@ func TestDashboardPanels(t *testing.T) {
 		{"Disk tier bytes and entries", []string{`shield_cache_disk_bytes`, `shield_cache_disk_max_bytes`, `shield_cache_disk_entries`,
 			`shield_cache_disk_fill_bytes`}},
 		{"Disk tier hits, writes, evictions, errors", []string{`rate\(shield_cache_disk_hits_total`, `rate\(shield_cache_disk_writes_total`,
-			`rate\(shield_cache_disk_evictions_total`, `rate\(shield_cache_disk_errors_total`, `shield_cache_disk_degraded`}},
+			`rate\(shield_cache_disk_evictions_total`, `rate\(shield_cache_disk_errors_total`, `shield_cache_disk_degraded`,
+			`rate\(shield_cache_disk_fill_refused_total`}},
 		{"Origin in-flight vs budget limit", []string{`shield_origin_budget_in_flight`, `shield_origin_budget_limit`}},
 	}
 	for _, tt := range tests {

@@ -34,6 +34,7 @@ func (p *Proxy) writeDiskMetrics(w io.Writer) {
 	metrics.WriteGaugeUint64(w, `shield_cache_disk_entries`, uint64(st.Objects))
 	metrics.WriteGaugeUint64(w, `shield_cache_disk_bytes`, uint64(st.Bytes))
 	metrics.WriteGaugeUint64(w, `shield_cache_disk_fill_bytes`, uint64(st.FillBytes))
+	metrics.WriteCounterUint64(w, `shield_cache_disk_fill_refused_total`, st.FillRefused)
 	metrics.WriteGaugeUint64(w, `shield_cache_disk_max_bytes`, uint64(st.MaxBytes))
 	metrics.WriteGaugeUint64(w, `shield_cache_disk_open_files`, uint64(st.OpenFiles))
 	metrics.WriteCounterUint64(w, `shield_cache_disk_hits_total`, st.Hits)

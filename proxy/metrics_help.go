@@ -55,6 +55,7 @@ var metricHelp = map[string][2]string{
 	"shield_cache_disk_entries":                    {"gauge", "Entries in the disk tier (0 without cache.disk)."},
 	"shield_cache_disk_bytes":                      {"gauge", "Bytes of the disk tier's committed files."},
 	"shield_cache_disk_fill_bytes":                 {"gauge", "Bytes reserved in the disk tier for files being written (streamed fills, entries about to be committed): with shield_cache_disk_bytes, within cache.disk.size."},
+	"shield_cache_disk_fill_refused_total":         {"counter", "Disk tier files not started because the files being written already took cache.disk.size (streamed fills and whole entries): the answer was filled and stored in memory instead, or served and not stored when larger than memory takes. Pressure on shield_cache_disk_fill_bytes."},
 	"shield_cache_disk_open_files":                 {"gauge", "Disk tier files kept open for hits (at most 4096)."},
 	"shield_cache_disk_max_bytes":                  {"gauge", "Disk tier capacity in bytes (cache.disk.size)."},
 	"shield_cache_disk_hits_total":                 {"counter", "Disk tier reads that found a valid file."},

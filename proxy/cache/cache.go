@@ -127,7 +127,7 @@ func (c *Cache) GetVerifiedOrStream(dst, k []byte, minMem int) (v []byte, verifi
 	if !ok {
 		return meta[:0], false, nil, nil, 0
 	}
-	return meta, true, &DiskBody{h: h, head: head, start: off, off: off, n: n, failed: &c.d.failedStreams}, nil, n
+	return meta, true, newDiskBody(h, head, off, n, &c.d.failedStreams), nil, n
 }
 
 // TruncatedStreams counts response body streams the cache ended before
@@ -247,7 +247,8 @@ func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 		return Refused
 	}
 	var w *diskWrite
-	if c.d.takes(len(enc)) {
+	tried := c.d.takes(len(enc))
+	if tried {
 		dw, err := c.d.write(key, enc)
 		if err != nil {
 			c.d.writeFailed(err)
@@ -255,25 +256,27 @@ func (c *Cache) Store(key, enc []byte, e *Entry, o PutOptions) PutResult {
 			w = &dw
 		}
 	}
-	return c.storeWritten(key, enc, e, o, w)
+	return c.storeWritten(key, enc, e, o, w, tried)
 }
 
 // storeWritten is Store past the invalidation check and the disk write:
 // the check of what key holds and the write, under its stripe lock. w,
 // when not nil, is the entry already written for the disk tier; enc is
 // nil when the entry is only there (a disk fill, diskfill.go), and is then
-// Dropped when w is nil or fails to commit.
-func (c *Cache) storeWritten(key, enc []byte, e *Entry, o PutOptions, w *diskWrite) PutResult {
+// Dropped when w is nil or fails to commit. tried: the disk write was
+// already attempted (w nil: it was not made), and is not tried again.
+func (c *Cache) storeWritten(key, enc []byte, e *Entry, o PutOptions, w *diskWrite, tried bool) PutResult {
 	mu := c.stripe(cachekey.Digest(key))
 	mu.Lock()
 	defer mu.Unlock()
-	return c.putLocked(key, enc, e, o, w)
+	return c.putLocked(key, enc, e, o, w, tried)
 }
 
 // putLocked is Store past the invalidation check; the caller holds key's
 // stripe lock. w, when not nil, is enc already written for the disk
-// tier: it is committed, or removed when the write is refused.
-func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite) PutResult {
+// tier: it is committed, or removed when the write is refused; tried: a
+// write was attempted already (storeWritten).
+func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite, tried bool) PutResult {
 	if o.IfAbsent && c.holds(key) || !o.IfAbsent && c.newerStored(key, e.FetchSeq) {
 		if w != nil {
 			c.d.abort(*w)
@@ -293,7 +296,7 @@ func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite)
 			}
 		}
 	}
-	if !c.setLocked(key, enc, e, w) {
+	if !c.setLocked(key, enc, e, w, tried) {
 		return Dropped
 	}
 	return Stored
@@ -303,14 +306,16 @@ func (c *Cache) putLocked(key, enc []byte, e *Entry, o PutOptions, w *diskWrite)
 // it from the other (the caller holds key's stripe lock). It reports
 // false when neither keeps it: the disk failed (or is backing off) and
 // enc is larger than memory takes (or nil: a disk fill's entry, held by
-// w only); the key then holds nothing.
-func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite) bool {
+// w only); the key then holds nothing. Unless tried (Store attempted the
+// write before taking the lock), an entry for the disk tier not written
+// yet is written here.
+func (c *Cache) setLocked(key, enc []byte, e *Entry, w *diskWrite, tried bool) bool {
 	if c.d == nil {
 		c.s.set(key, enc)
 		return true
 	}
 	digest := cachekey.Digest(key)
-	if w == nil && c.d.takes(len(enc)) {
+	if w == nil && !tried && c.d.takes(len(enc)) {
 		// PutDerived's entries are written here, under the lock.
 		if dw, err := c.d.write(key, enc); err != nil {
 			c.d.writeFailed(err)
@@ -375,7 +380,7 @@ func (c *Cache) PutDerived(key []byte, fetchSeq, storedAt int64, build func() ([
 		return nil, true, fmt.Errorf("cache: derived entry: %w", err)
 	}
 	if dead, _ := c.iv.Verdict(e.FetchSeq, e.URLDigest, e.Tags); !dead {
-		c.putLocked(key, enc, &e, PutOptions{}, nil)
+		c.putLocked(key, enc, &e, PutOptions{}, nil, false)
 	}
 	return enc, true, nil
 }

@@ -90,6 +90,11 @@ type DiskStats struct {
 	// Dropped counts entries neither tier kept: the disk failed them (or
 	// was backing off) and they were larger than memory takes.
 	Dropped uint64
+	// FillRefused counts files not started on disk because the files
+	// being written already took the tier's size (reserve): disk fills
+	// and whole entries about to be written, which went to memory (or,
+	// too large for it, were served and not stored).
+	FillRefused uint64
 }
 
 type diskItem struct {
@@ -126,6 +131,10 @@ type disk struct {
 	opened    []*diskItem
 	openNext  int
 	openCount int // items holding an open file
+	// born starts the clock of kept files' checks (now); checkEvery is
+	// diskCheckEvery (tests shorten it).
+	born       time.Time
+	checkEvery time.Duration
 
 	// faults, when set (Cache.SetDiskFault, tests), fails disk fill
 	// operations it returns an error for.
@@ -135,6 +144,7 @@ type disk struct {
 
 	downUntil                                                         atomic.Int64 // unix ns: writes skip the disk until then
 	hits, misses, writes, evictions, errs, corrupt, degraded, dropped atomic.Uint64
+	fillRefused                                                       atomic.Uint64 // reserve's refusals
 }
 
 // OpenDisk adds a disk tier to c (before c is used). The directory is
@@ -152,6 +162,7 @@ func (c *Cache) OpenDisk(cfg DiskConfig, logger *slog.Logger) error {
 		// would evict most of it.
 		maxEntry: min(cfg.Size/4, int64(c.s.maxEntry)),
 		logger:   logger, items: make(map[uint64]*diskItem),
+		born: time.Now(), checkEvery: diskCheckEvery,
 	}
 	d.lru.next, d.lru.prev = &d.lru, &d.lru
 	if err := os.MkdirAll(d.tmp, 0o755); err != nil {
@@ -485,6 +496,7 @@ func (d *disk) reserve(n int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.filling+n > d.max {
+		d.fillRefused.Add(1)
 		return false
 	}
 	d.filling += n
@@ -663,10 +675,11 @@ func (d *disk) open(key, buf []byte, digest uint64) (h *diskFD, head, meta []byt
 		h := o.h
 		h.refs.Add(1)
 		meta = append(buf[:0], o.meta...)
+		check := d.checkDueLocked(o)
 		d.mu.Unlock()
-		if fileGone(h.fd) {
+		if check && fileGone(h.fd) {
 			// Removed behind the index's back (the directory deleted):
-			// gone for good, and never served.
+			// gone for good, and not served from now on.
 			h.release()
 			d.mu.Lock()
 			if d.items[digest] == it {
@@ -765,5 +778,6 @@ func (d *disk) stats() DiskStats {
 	s.Evictions, s.Errors, s.Corrupt = d.evictions.Load(), d.errs.Load(), d.corrupt.Load()
 	s.Degraded = time.Now().UnixNano() < d.downUntil.Load()
 	s.DegradedTotal, s.Dropped = d.degraded.Load(), d.dropped.Load()
+	s.FillRefused = d.fillRefused.Load()
 	return s
 }

@@ -137,7 +137,7 @@ func (w *DiskFill) Store(e *Entry, o PutOptions) PutResult {
 		}
 	}
 	// dw's reservation goes with it: commit or abort gives it back.
-	return c.storeWritten(w.key, nil, e, o, dw)
+	return c.storeWritten(w.key, nil, e, o, dw, true)
 }
 
 // finish writes the file's header, key, entry meta with its footer, and

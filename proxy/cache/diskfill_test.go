@@ -255,8 +255,14 @@ func TestDiskFillReservation(t *testing.T) {
 	enc, e := response([]byte("fill-more"), c.Invalidations().Next(), body)
 	he := *e
 	he.Body = nil
+	if st, _ := c.DiskStats(); st.FillRefused != 0 {
+		t.Fatalf("%d refusals counted before any", st.FillRefused)
+	}
 	if w := c.StartDiskFill([]byte("fill-more"), AppendEntry(nil, &he, nil, nil), len(body)); w != nil {
 		t.Fatal("a fill beyond what the fills in progress leave was started")
+	}
+	if st, _ := c.DiskStats(); st.FillRefused != 1 {
+		t.Fatalf("a refused fill: %d refusals counted, want 1", st.FillRefused)
 	}
 	// A whole entry the fills leave no room for goes to memory, the disk
 	// not failing.
@@ -267,8 +273,8 @@ func TestDiskFillReservation(t *testing.T) {
 		t.Fatal("an entry the fills leave no room for is not in memory only")
 	}
 	check("refused", reserved)
-	if st, _ := c.DiskStats(); st.Errors != 0 || st.Degraded {
-		t.Fatalf("a full tier counted as a failing disk: %+v", st)
+	if st, _ := c.DiskStats(); st.Errors != 0 || st.Degraded || st.FillRefused != 2 {
+		t.Fatalf("a full tier counted as a failing disk, or its 2 refusals not counted: %+v", st)
 	}
 
 	fills[0].Abort()

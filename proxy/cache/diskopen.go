@@ -3,7 +3,9 @@ package cache
 import (
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Open files of the disk tier. A hit on a disk entry used to cost
@@ -12,10 +14,15 @@ import (
 // of the syscalls of a 100 KiB hit. The tier keeps the descriptors of
 // recently read files open instead, with their key and entry metadata
 // (the file's, checked when it was opened), like nginx's open_file_cache:
-// a hit copies the metadata, takes a reference on the descriptor and
-// checks with one fstat that the file still has a name (a file removed
-// behind the index's back, its directory deleted, is a miss and
-// forgotten, as when it could not be opened).
+// a hit copies the metadata and takes a reference on the descriptor. A
+// file removed behind the index's back (its directory deleted by hand)
+// is a miss and forgotten, as when it could not be opened, once noticed:
+// like nginx's open_file_cache_valid, a kept file's link count is checked
+// (one fstat) at most once per diskCheckEvery — the first hit after the
+// interval checks, the others in it cost no system call. Such a file may
+// so be served for up to diskCheckEvery after its removal. Everything
+// that goes through the index (purge, eviction, replacement, a damaged
+// file) forgets the descriptor at once, whatever the interval.
 //
 // A file's contents never change once it is renamed into place (writes
 // go to a temporary name), so an open descriptor always reads the entry
@@ -41,6 +48,10 @@ const (
 	// process's limit, diskOpenLimit); beyond, the oldest is closed.
 	diskOpenMax = 4096
 	diskHeadLen = 4096 // body bytes kept in memory per open file
+	// diskCheckEvery is how often at most a kept file's link count is
+	// checked (fileGone): how long a file removed by hand may still be
+	// served from its descriptor.
+	diskCheckEvery = time.Second
 )
 
 // diskFD is an open file shared by the index and the hits reading it.
@@ -71,6 +82,9 @@ type diskOpen struct {
 	key, meta, head []byte
 	bodyOff, len    int64
 	slot            int // in disk.opened
+	// checked is when the file was last known to have a name (d.now):
+	// when it was opened, then each link count check (d.mu guards it).
+	checked int64
 }
 
 // keepOpenLocked records h (opened for it, its metadata checked) as it's
@@ -86,9 +100,25 @@ func (d *disk) keepOpenLocked(it *diskItem, h *diskFD, key, meta, head []byte, o
 		d.forgetOpenLocked(old)
 	}
 	h.refs.Add(1)
-	it.open = &diskOpen{h: h, key: append([]byte(nil), key...), meta: append([]byte(nil), meta...), head: head, bodyOff: off, len: n, slot: slot}
+	it.open = &diskOpen{h: h, key: append([]byte(nil), key...), meta: append([]byte(nil), meta...), head: head, bodyOff: off, len: n, slot: slot, checked: d.now()}
 	d.opened[slot] = it
 	d.openCount++
+}
+
+// now is the disk tier's monotonic clock, in nanoseconds since it was
+// opened (a clock read, no system call).
+func (d *disk) now() int64 { return int64(time.Since(d.born)) }
+
+// checkDueLocked reports whether o's link count is to be checked now (at
+// most once per d.checkEvery), recording the check as done: the hits
+// meanwhile skip it.
+func (d *disk) checkDueLocked(o *diskOpen) bool {
+	now := d.now()
+	if now-o.checked < int64(d.checkEvery) {
+		return false
+	}
+	o.checked = now
+	return true
 }
 
 // forgetOpenLocked lets go of it's open file, if any.
@@ -160,11 +190,26 @@ func (b *DiskBody) Advance(k int64) {
 	b.n -= k
 }
 
-// Close lets go of the descriptor (once; later calls do nothing).
+// diskBodies recycles DiskBody values: a hit takes one, its Close gives
+// it back (as PieceReader's do), so a disk hit allocates nothing.
+var diskBodies = sync.Pool{New: func() any { return new(DiskBody) }}
+
+// newDiskBody is a DiskBody over n bytes of h from off, the body starting
+// there (its first bytes in head).
+func newDiskBody(h *diskFD, head []byte, off, n int64, failed *atomic.Uint64) *DiskBody {
+	b := diskBodies.Get().(*DiskBody)
+	*b = DiskBody{h: h, head: head, start: off, off: off, n: n, failed: failed}
+	return b
+}
+
+// Close lets go of the descriptor and gives b back for another hit: b is
+// not used after (a later Close of the same b while no hit holds it does
+// nothing, as b.h is nil).
 func (b *DiskBody) Close() error {
 	if h := b.h; h != nil {
-		b.h = nil
+		*b = DiskBody{}
 		h.release()
+		diskBodies.Put(b)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shield-proxy/shield/cachekey"
 )
@@ -56,11 +57,14 @@ func readBody(t *testing.T, c *Cache, key []byte, viaSection bool) (string, bool
 // TestDiskOpenFiles: a file read once is kept open (its metadata with
 // it) and serves later hits, by Read and by section; a replacement, a
 // purge or an eviction forgets and closes it at once, so no hit reads a
-// replaced or removed file; a hit in flight finishes on the entry it
-// started with.
+// replaced or removed file, however long the link count check's interval
+// (an hour here: none of this waits for it); a hit in flight finishes on
+// the entry it started with. A file removed by hand is noticed by the
+// first hit once the interval has passed.
 func TestDiskOpenFiles(t *testing.T) {
 	dir := t.TempDir()
 	c := newDiskCache(t, dir, 64<<20)
+	c.d.checkEvery = time.Hour
 	key := []byte("k")
 	one, two := bigBody(64<<10, "one-"), bigBody(80<<10, "two-")
 	putBig(t, c, key, one)
@@ -98,6 +102,7 @@ func TestDiskOpenFiles(t *testing.T) {
 	}
 	// Eviction: a tier of four entries' size keeps the newest.
 	small := newDiskCache(t, t.TempDir(), 256<<10)
+	small.d.checkEvery = time.Hour
 	for i := range 6 {
 		k := []byte{'e', byte('0' + i)}
 		putBig(t, small, k, bigBody(60<<10, string(k)))
@@ -112,9 +117,12 @@ func TestDiskOpenFiles(t *testing.T) {
 		t.Fatal("an evicted entry was served")
 	}
 	// Files removed behind the index's back (its directory deleted) are
-	// misses at once, though kept open, and forgotten.
+	// served from their descriptor until the interval since the last
+	// check has passed (no fstat per hit), then the first hit checks:
+	// a miss, forgotten.
 	gone := t.TempDir()
 	c = newDiskCache(t, gone, 64<<20)
+	c.d.checkEvery = time.Hour
 	putBig(t, c, key, one)
 	if _, ok := readBody(t, c, key, false); !ok {
 		t.Fatal("no hit before the removal")
@@ -122,11 +130,64 @@ func TestDiskOpenFiles(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(gone, "disk")); err != nil {
 		t.Fatal(err)
 	}
+	if got, ok := readBody(t, c, key, true); !ok || got != one {
+		t.Fatalf("inside the interval: %d bytes (found %v), want the kept file served", len(got), ok)
+	}
+	c.d.mu.Lock()
+	c.d.checkEvery = 0 // the interval has passed
+	c.d.mu.Unlock()
 	if _, ok := readBody(t, c, key, true); ok {
-		t.Fatal("a removed file was served from its kept descriptor")
+		t.Fatal("a removed file was served from its kept descriptor after the interval")
 	}
 	if st, _ := c.DiskStats(); st.OpenFiles != 0 || st.Objects != 0 {
 		t.Fatalf("after the removal: %+v", st)
+	}
+}
+
+// TestDiskOpenCheckInterval: a kept file's link count is checked by the
+// first hit after diskCheckEvery and by no other hit in between, so a
+// file removed by hand stops being served within the interval, on the
+// tier's own clock (polled, bounded by a few intervals).
+func TestDiskOpenCheckInterval(t *testing.T) {
+	dir := t.TempDir()
+	c := newDiskCache(t, dir, 64<<20)
+	c.d.checkEvery = 50 * time.Millisecond
+	key := []byte("k")
+	putBig(t, c, key, bigBody(64<<10, "one-"))
+	if _, ok := readBody(t, c, key, false); !ok {
+		t.Fatal("no hit before the removal")
+	}
+	c.d.mu.Lock()
+	o := c.d.items[cachekey.Digest(key)].open
+	if o == nil {
+		c.d.mu.Unlock()
+		t.Fatal("the file read is not kept open")
+	}
+	// Just checked: the next hits inside the interval do not check.
+	o.checked = c.d.now()
+	if c.d.checkDueLocked(o) {
+		t.Error("a check due right after one")
+	}
+	o.checked -= int64(c.d.checkEvery)
+	if !c.d.checkDueLocked(o) || c.d.checkDueLocked(o) {
+		t.Error("after the interval: want the first hit to check and the next not")
+	}
+	c.d.mu.Unlock()
+	if err := os.RemoveAll(filepath.Join(dir, "disk")); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	for {
+		if _, ok := readBody(t, c, key, false); !ok {
+			break
+		}
+		if time.Since(removed) > 20*c.d.checkEvery {
+			t.Fatalf("a file removed %v ago is still served (check interval %v)", time.Since(removed), c.d.checkEvery)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st, _ := c.DiskStats(); st.OpenFiles != 0 || st.Objects != 0 || st.Misses == 0 {
+		t.Fatalf("after the removal was noticed: %+v", st)
 	}
 }
 

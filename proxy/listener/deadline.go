@@ -53,6 +53,9 @@ type deadlineConn struct {
 	bufSize  int
 	coalesce bool
 	held     []byte
+
+	// sf sends file sections (sendfile_linux.go), made at the first.
+	sf *sectionSender
 }
 
 // Coalesce tells c, if it is a connection with coarse deadlines, that

@@ -28,7 +28,7 @@ func (c *deadlineConn) readFromSection(r io.Reader) (n int64, handled bool, err 
 		return 0, false, nil
 	}
 	fd, off, left := s.Section()
-	n, handled, err = sendSection(c.Conn, fd, off, min(left, lr.N))
+	n, handled, err = c.sendSection(fd, off, min(left, lr.N))
 	if handled {
 		s.Advance(n)
 		lr.N -= n

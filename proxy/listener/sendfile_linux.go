@@ -2,28 +2,46 @@ package listener
 
 import (
 	"io"
-	"net"
 	"syscall"
 )
 
-// sendSection sends n bytes of file descriptor fd from off to c with
-// sendfile(2) given the offset (the descriptor's own is not used nor
-// moved), waiting for c to be writable as its writes do (and so within
-// its write deadline).
-func sendSection(c net.Conn, fd int, off, n int64) (written int64, handled bool, err error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok || n <= 0 {
+// sectionSender is a connection's sendfile state, made at its first
+// section and kept: its raw connection and callback are bound once, so
+// a section sent costs no allocation (a RawConn, the send state and the
+// callback bound to it were three per hit).
+type sectionSender struct {
+	rc   syscall.RawConn
+	send func(uintptr) bool
+	s    sectionSend
+}
+
+// sendSection sends n bytes of file descriptor fd from off to c's
+// connection with sendfile(2) given the offset (the descriptor's own is
+// not used nor moved), waiting for the connection to be writable as its
+// writes do (and so within its write deadline).
+func (c *deadlineConn) sendSection(fd int, off, n int64) (written int64, handled bool, err error) {
+	if n <= 0 {
 		return 0, false, nil
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return 0, false, nil
+	sf := c.sf
+	if sf == nil {
+		sc, ok := c.Conn.(syscall.Conn)
+		if !ok {
+			return 0, false, nil
+		}
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return 0, false, nil
+		}
+		sf = &sectionSender{rc: rc}
+		sf.send = sf.s.send
+		c.sf = sf
 	}
-	s := sectionSend{fd: fd, off: off, n: n}
-	if err := rc.Write(s.send); err != nil {
-		return s.written, true, err
+	sf.s = sectionSend{fd: fd, off: off, n: n}
+	if err := sf.rc.Write(sf.send); err != nil {
+		return sf.s.written, true, err
 	}
-	return s.written, true, s.err
+	return sf.s.written, true, sf.s.err
 }
 
 // sectionSend is one sendSection's state; send is its RawConn.Write

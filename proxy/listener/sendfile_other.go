@@ -2,8 +2,9 @@
 
 package listener
 
-import "net"
+// sectionSender: no sendfile state where sections are not sent with it.
+type sectionSender struct{}
 
 // sendSection: sendfile with an explicit offset is Linux's; elsewhere a
 // FileSection is read like any body stream.
-func sendSection(net.Conn, int, int64, int64) (int64, bool, error) { return 0, false, nil }
+func (c *deadlineConn) sendSection(int, int64, int64) (int64, bool, error) { return 0, false, nil }
