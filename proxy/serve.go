@@ -52,6 +52,9 @@ type scratch struct {
 	rd     bytes.Reader
 	br     *bufio.Reader
 	coding uint8 // negotiated coding on a compress route (0: identity; compress.go)
+	// aeRoute: the route whose Accept-Encoding reduction is still to be
+	// done (settleEncoding); nil: done or none.
+	aeRoute *route
 	// present: the request fields sanitize saw (reqFields); a hit skips
 	// looking up the ones that are absent.
 	present reqFields
@@ -81,7 +84,7 @@ func (sc *scratch) reset() {
 	sc.cc.Reset()
 	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
-	sc.coding, sc.present = 0, 0
+	sc.coding, sc.present, sc.aeRoute = 0, 0, nil
 	sc.closeStream()
 	sc.streamOK, sc.memOnly = false, false
 }
@@ -252,7 +255,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
-	sc.coding = rte.canonicalEncoding(h)
+	sc.startEncoding(rte, h)
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
@@ -277,6 +280,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	p.sampleTop(ctx, sc, &e, lk, now)
 	if forwardTo != nil {
+		sc.settleEncoding(h) // forwarded as the owner would fetch it
 		var res result
 		var done bool
 		if res, done, b, lk = p.viaOwner(ctx, c, v, forwardTo, rt, rte, sc, &e, b, lk, now); done {
@@ -339,6 +343,9 @@ func (p *Proxy) viaOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *routing.V
 // stale-while-revalidate, or a miss, a revalidation or a bypass fetch.
 // A read-through from a new owner is answered only from a fresh entry.
 func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte, lk lookupResult, now time.Time, readThrough bool) result {
+	if lk != lkHit || sc.fromPeer || rte.eagerRefresh > 0 || sc.file != nil || sc.pieces != nil {
+		sc.settleEncoding(&ctx.Request.Header)
+	}
 	if readThrough && lk != lkHit {
 		ctx.Response.SwapBody(b[:0])
 		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", cacheStatus{fwd: "miss", detail: "only-if-cached"})
@@ -354,6 +361,9 @@ func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *ro
 	case lkHit:
 		age := e.Age(now)
 		st := e.Classify(age, &sc.cc)
+		if st != stale.Fresh {
+			sc.settleEncoding(&ctx.Request.Header) // a refresh or a fetch follows
+		}
 		switch {
 		case st == stale.Fresh:
 			if rte.eagerRefresh > 0 && !readThrough {
@@ -426,6 +436,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache
 	}
 	if e.Kind == cache.KindVary {
 		markerAt := e.StoredAt
+		sc.settleEncoding(&ctx.Request.Header)
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
 		b, verified = p.getEntry(b, sc.vkey, sc)
 		if len(b) == 0 {
