@@ -14,11 +14,39 @@ import (
 // codings (default br, gzip) the client accepts (RFC 9110 §12.5.3), else
 // identity — before keying and forwarding, so a URL has at most one
 // variant per coding.
+//
+// A plain route (codings, no compression, Accept-Encoding not a key
+// header) reduces the field only when something reads it
+// (settleEncoding): a Vary marker's variant key, a fetch, a forward to
+// the key's owner, anything but a fresh hit of a primary entry, which
+// never looks at it — a hit then skips the rewrite.
 
 var (
 	hAcceptEncoding = []byte("Accept-Encoding")
 	codingIdentity  = []byte("identity")
 )
+
+// startEncoding reduces h's Accept-Encoding for the request sc serves on
+// r now when keying or the lookup needs it (a compress route, an
+// Accept-Encoding key header), else leaves it to settleEncoding.
+func (sc *scratch) startEncoding(r *route, h *fasthttp.RequestHeader) {
+	if r.comp != nil || r.aeKeyed {
+		sc.coding = r.canonicalEncoding(h)
+		return
+	}
+	if r.codings != nil {
+		sc.aeRoute = r
+	}
+}
+
+// settleEncoding reduces h's Accept-Encoding if startEncoding left it for
+// later: every reader of the field but the hit calls it first.
+func (sc *scratch) settleEncoding(h *fasthttp.RequestHeader) {
+	if r := sc.aeRoute; r != nil {
+		sc.aeRoute = nil
+		r.canonicalEncoding(h)
+	}
+}
 
 // canonicalEncoding rewrites h's Accept-Encoding to the route's pick. It
 // allocates nothing once the request's header storage has grown to fit.

@@ -48,6 +48,7 @@ type headSlot struct {
 	age, ttl int64
 	cs       *byte // csPrefix of those fields (csHitTTL or csStaleSWR)
 	stamped  bool
+	dated    bool // hdr has a Date field (a stored head always does)
 }
 
 type heads struct{ slots [headSlots]headSlot }
@@ -61,7 +62,8 @@ var hitHeadEnd = []byte("Content-Length: 0\r\n\r\n")
 // write gives resp the head of e, a full answer (not a 304), with its
 // Age and Cache-Status (csPrefix followed by ttl). It reports false when
 // e has no prepared head or it does not parse; resp's header is then
-// reset.
+// reset. A head copied from a slot that holds a Date sets sc.dated, so
+// the public handler skips looking for one (serve, httpx.EnsureDate).
 func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age, ttl int64, csPrefix []byte) bool {
 	if len(e.Head) == 0 || len(e.Head)+len(hitHeadEnd) > headReadSize {
 		return false
@@ -86,12 +88,14 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age
 		resp.Header.CopyTo(&s.hdr)
 		plainStatusLine(&s.hdr)
 		s.raw, s.stamped = append(s.raw[:0], e.Head...), false
+		s.dated = len(s.hdr.PeekCanonical(httpx.HDate)) > 0
 	}
 	if !s.stamped || s.age != age || s.ttl != ttl || s.cs != &csPrefix[0] {
 		stamp(&s.hdr, sc, age, ttl, csPrefix)
 		s.age, s.ttl, s.cs, s.stamped = age, ttl, &csPrefix[0], true
 	}
 	s.hdr.CopyTo(&resp.Header)
+	sc.dated = s.dated
 	return true
 }
 

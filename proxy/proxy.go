@@ -157,6 +157,9 @@ type route struct {
 	// codings is the Accept-Encoding preference requests are reduced to
 	// (nil: forwarded as sent).
 	codings [][]byte
+	// aeKeyed: Accept-Encoding is one of the key headers, so a request's
+	// field is reduced before keying rather than when read (encoding.go).
+	aeKeyed bool
 	// comp compresses at the shield (nil: off; compress.go). When set,
 	// codings is nil: the origin is asked for identity.
 	comp   *compression
@@ -313,6 +316,9 @@ func (p *Proxy) compileRoute(rc *config.Route, o *upstream.Origin, maxObject int
 		for _, c := range ae {
 			r.codings = append(r.codings, []byte(strings.ToLower(c)))
 		}
+	}
+	for _, name := range r.headers {
+		r.aeKeyed = r.aeKeyed || strings.EqualFold(name, "Accept-Encoding")
 	}
 	return r, nil
 }

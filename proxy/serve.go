@@ -52,6 +52,12 @@ type scratch struct {
 	rd     bytes.Reader
 	br     *bufio.Reader
 	coding uint8 // negotiated coding on a compress route (0: identity; compress.go)
+	// dated: the answer's head has a Date (heads.write), so serve need
+	// not look for one.
+	dated bool
+	// aeRoute: the route whose Accept-Encoding reduction is still to be
+	// done (settleEncoding); nil: done or none.
+	aeRoute *route
 	// present: the request fields sanitize saw (reqFields); a hit skips
 	// looking up the ones that are absent.
 	present reqFields
@@ -81,7 +87,7 @@ func (sc *scratch) reset() {
 	sc.cc.Reset()
 	sc.tenant, sc.tid, sc.fromPeer, sc.checked = nil, nil, false, false
 	sc.hotRate, sc.ownerID, sc.prevOwner, sc.urlLen = 0, "", nil, 0
-	sc.coding, sc.present = 0, 0
+	sc.coding, sc.present, sc.aeRoute, sc.dated = 0, 0, nil, false
 	sc.closeStream()
 	sc.streamOK, sc.memOnly = false, false
 }
@@ -116,8 +122,11 @@ var (
 
 // serve is the public request handler: docs/architecture.md §1 for one node.
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx) {
-	p.serveRequest(ctx, false)
-	httpx.EnsureDate(&ctx.Response)
+	var dated bool // a hit's head says so: its stored Date is there
+	p.serveRequestAt(ctx, false, false, &dated)
+	if !dated {
+		httpx.EnsureDate(&ctx.Response)
+	}
 	if resp := &ctx.Response; !resp.IsBodyStream() && len(resp.Body()) >= listener.CoalesceMin {
 		listener.Coalesce(ctx.Conn()) // one writev, as fasthttp's own (listener/deadline.go)
 	}
@@ -135,6 +144,12 @@ func (p *Proxy) serveRequest(ctx *fasthttp.RequestCtx, fromPeer bool) {
 // needs no wait, and reports false, having answered and counted nothing,
 // for any other request.
 func (p *Proxy) serveRequestAs(ctx *fasthttp.RequestCtx, fromPeer, inline bool) (served bool) {
+	return p.serveRequestAt(ctx, fromPeer, inline, nil)
+}
+
+// serveRequestAt is serveRequestAs; a hit whose head is known to carry a
+// Date sets *dated when dated is not nil.
+func (p *Proxy) serveRequestAt(ctx *fasthttp.RequestCtx, fromPeer, inline bool, dated *bool) (served bool) {
 	rt := p.rt.Load()
 	h := &ctx.Request.Header
 	// Only origin-form targets: shield is a reverse proxy, and an
@@ -191,7 +206,7 @@ func (p *Proxy) serveRequestAs(ctx *fasthttp.RequestCtx, fromPeer, inline bool) 
 			defer t.Done()
 		}
 	}
-	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer, inline, present)
+	res := p.serveRoute(ctx, rt, rte, t, tid, fromPeer, inline, present, dated)
 	if res == resDeferred {
 		return false
 	}
@@ -227,7 +242,7 @@ func (p *Proxy) accessLog(ctx *fasthttp.RequestCtx, rte *route, t *admission.Ten
 // serveRoute answers a routed, admitted request and says how.
 // Inline (serveRequestAs), what it would not answer from memory is
 // resDeferred.
-func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer, inline bool, present reqFields) result {
+func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, t *admission.Tenant, tid []byte, fromPeer, inline bool, present reqFields, dated *bool) result {
 	h := &ctx.Request.Header
 	if !h.IsGet() && !h.IsHead() {
 		if inline {
@@ -236,7 +251,12 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.passUnsafe(ctx, rt, rte, t, tid, fromPeer)
 	}
 	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
+	defer func() {
+		if dated != nil {
+			*dated = sc.dated
+		}
+		scratchPool.Put(sc)
+	}()
 	sc.reset()
 	sc.tenant, sc.tid, sc.fromPeer, sc.present = t, tid, fromPeer, present
 
@@ -252,7 +272,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 		return p.bypass(ctx, rte, t, fromPeer, "uncacheable-request")
 	}
 
-	sc.coding = rte.canonicalEncoding(h)
+	sc.startEncoding(rte, h)
 	sc.key = rte.appendKey(sc.key[:0], ctx, sc, p.cache.Namespaces().Version(rte.name, rte.scoped, tid))
 	now := ctx.Time()
 	readThrough := fromPeer && len(h.PeekCanonical(hShieldReadThrough)) > 0
@@ -277,6 +297,7 @@ func (p *Proxy) serveRoute(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *rou
 	b, lk := p.lookupCoded(b, ctx, sc, rte, &e)
 	p.sampleTop(ctx, sc, &e, lk, now)
 	if forwardTo != nil {
+		sc.settleEncoding(h) // forwarded as the owner would fetch it
 		var res result
 		var done bool
 		if res, done, b, lk = p.viaOwner(ctx, c, v, forwardTo, rt, rte, sc, &e, b, lk, now); done {
@@ -339,6 +360,9 @@ func (p *Proxy) viaOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *routing.V
 // stale-while-revalidate, or a miss, a revalidation or a bypass fetch.
 // A read-through from a new owner is answered only from a fresh entry.
 func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *route, sc *scratch, e *cache.Entry, b []byte, lk lookupResult, now time.Time, readThrough bool) result {
+	if lk != lkHit || sc.fromPeer || rte.eagerRefresh > 0 || sc.file != nil || sc.pieces != nil {
+		sc.settleEncoding(&ctx.Request.Header)
+	}
 	if readThrough && lk != lkHit {
 		ctx.Response.SwapBody(b[:0])
 		p.generatedStatus(ctx, fasthttp.StatusGatewayTimeout, "not cached", cacheStatus{fwd: "miss", detail: "only-if-cached"})
@@ -354,6 +378,9 @@ func (p *Proxy) serveLookup(ctx *fasthttp.RequestCtx, rt *runtimeConfig, rte *ro
 	case lkHit:
 		age := e.Age(now)
 		st := e.Classify(age, &sc.cc)
+		if st != stale.Fresh {
+			sc.settleEncoding(&ctx.Request.Header) // a refresh or a fetch follows
+		}
 		switch {
 		case st == stale.Fresh:
 			if rte.eagerRefresh > 0 && !readThrough {
@@ -426,6 +453,7 @@ func (p *Proxy) lookup(b []byte, ctx *fasthttp.RequestCtx, sc *scratch, e *cache
 	}
 	if e.Kind == cache.KindVary {
 		markerAt := e.StoredAt
+		sc.settleEncoding(&ctx.Request.Header)
 		sc.vkey = appendVariantKey(sc.vkey, sc.key, e, &ctx.Request.Header)
 		b, verified = p.getEntry(b, sc.vkey, sc)
 		if len(b) == 0 {

@@ -26,6 +26,7 @@ package topk
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -45,6 +46,7 @@ const (
 // usable; call New.
 type Sketch struct {
 	sample uint64
+	below  uint64 // Sample: a draw at most this is 1 in sample (no division)
 	window time.Duration
 
 	mu    sync.Mutex // guards the fields below
@@ -81,7 +83,7 @@ func New(slots, sample int, window time.Duration) *Sketch {
 	if window <= 0 {
 		window = DefaultWindow
 	}
-	s := &Sketch{sample: uint64(sample), window: window}
+	s := &Sketch{sample: uint64(sample), below: math.MaxUint64 / uint64(sample), window: window}
 	s.cur = newEpoch(slots)
 	s.prev = newEpoch(slots)
 	return s
@@ -111,7 +113,7 @@ func (s *Sketch) Observe(digest uint64, hit, flag bool, now time.Time, key ...[]
 // one key of a stream that cycles through 4 or 16). Callers whose digest
 // costs something call it first and compute the digest only when it says
 // yes.
-func (s *Sketch) Sample() bool { return rand.Uint64()%s.sample == 0 }
+func (s *Sketch) Sample() bool { return rand.Uint64() <= s.below }
 
 // Add counts one sampled occurrence of the key with this digest. hit
 // counts it as a cache hit too; flag is an attribute kept with the key

@@ -187,3 +187,23 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// TestSampleRate: Sample picks every observation with sample 1 and about
+// one in sample otherwise (within five standard deviations).
+func TestSampleRate(t *testing.T) {
+	for _, sample := range []int{1, 2, 16, 1000} {
+		s := New(8, sample, time.Hour)
+		const n = 400000
+		got := 0
+		for range n {
+			if s.Sample() {
+				got++
+			}
+		}
+		p := 1 / float64(sample)
+		want, sd := n*p, math.Sqrt(n*p*(1-p))
+		if math.Abs(float64(got)-want) > 5*sd+0.5 {
+			t.Errorf("sample %d: %d of %d picked, want %.0f ± %.0f", sample, got, n, want, 5*sd)
+		}
+	}
+}

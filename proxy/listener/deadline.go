@@ -1,49 +1,63 @@
 package listener
 
 import (
+	"bytes"
 	"crypto/tls"
 	"io"
 	"net"
 	"time"
 )
 
-// Coarse deadlines. With read, write and idle timeouts set, fasthttp
-// moves a connection's deadlines three times per keep-alive request: the
-// idle time before the next request, read_timeout once its first byte is
-// in, write_timeout before the answer. Each move is a runtime timer
-// update under locks (SetReadDeadline, SetWriteDeadline): about an eighth
-// of the CPU a 1 KiB hit costs shield (issue #26). deadlineConn keeps the
-// limits and moves fewer timers:
+// Coarse deadlines, kept by the connection. With read, write and idle
+// timeouts set, fasthttp reads the clock three times per keep-alive
+// request (time.Now, about 60 ns each here) and moves the connection's
+// deadlines as often: the idle time before the next request,
+// read_timeout once its first byte is in, write_timeout before the
+// answer. Each move is a runtime timer update under locks. On a plain
+// connection deadlineConn keeps the three limits itself and fasthttp's
+// are off (Public.Serve), for fewer clock reads and timer moves:
 //
-//   - a read deadline is applied when the connection is read, not when
-//     fasthttp sets it: a request whose bytes all came with its first
-//     read (nearly every GET) never arms read_timeout, and the idle
-//     deadline armed for the next read is the only read timer;
-//   - an armed deadline that ends no earlier than the one wanted and at
-//     most slack after it is left as it is; a new one is armed slack
-//     late, so a busy connection moves a timer about once per slack
+//   - the connection knows where it is from what passes through it: a
+//     read after the answer was written starts the idle time; the first
+//     byte of a request starts read_timeout, applied only if the request
+//     needs another read (nearly every GET comes whole with its first
+//     read: read_timeout is never armed for it, and its clock reading is
+//     taken at that second read, microseconds late); the first write of
+//     an answer starts write_timeout. A new connection's first request
+//     has read_timeout from the accept, as fasthttp's. A "100 Continue"
+//     written while the request is read does not end it: the body
+//     follows under the request's read_timeout;
+//   - a deadline is armed slack late, and an armed one that ends no
+//     earlier than the one wanted and at most slack after it is left as
+//     it is, so a busy connection moves a timer about once per slack
 //     instead of per request.
 //
-// A limit so fires at most slack late, never early; slack is a sixteenth
-// of the shortest timeout, at most a second (coarseSlack). A deadline
-// already within slack of now (one that stops a connection) is armed
-// exactly. Only fasthttp's plain connections are wrapped: a TLS connection
-// must stay visible to it as one (RequestCtx.IsTLS), and HTTP/2
-// connections belong to net/http. The wrapper forwards io.ReaderFrom, so
-// a file body still leaves by sendfile; fasthttp's single writev for an
-// answer larger than its write buffer needs a *net.TCPConn, so the
-// wrapper does that writev itself when the handler says such an answer
-// is coming (Coalesce).
+// A limit so fires at most slack late, never early: each is counted from
+// a reading of the monotonic clock taken no earlier than fasthttp's
+// would be. slack is a sixteenth of the shortest timeout, at most a
+// second (coarseSlack). A deadline set explicitly (SetReadDeadline,
+// SetWriteDeadline, SetDeadline: a hijacked connection, a handler's own)
+// is applied as given and the connection keeps no limits from then on.
+//
+// Only fasthttp's plain connections are wrapped: a TLS connection must
+// stay visible to it as one (RequestCtx.IsTLS), so on a TLS listener
+// fasthttp keeps its own timeouts, and HTTP/2 connections belong to
+// net/http. The wrapper forwards io.ReaderFrom, so a file body still
+// leaves by sendfile; fasthttp's single writev for an answer larger than
+// its write buffer needs a *net.TCPConn, so the wrapper does that writev
+// itself when the handler says such an answer is coming (Coalesce).
 type deadlineConn struct {
 	net.Conn
-	slack time.Duration
-	// readWant is the read deadline fasthttp set last; readSet and
-	// writeSet are the deadlines armed on Conn, in Unix nanoseconds
-	// (integers: compared on every request). Zero: none. Only the
-	// connection's serving goroutine uses them, as it is the only one
-	// fasthttp reads, writes and sets deadlines from.
-	readWant          time.Time
+	lim limits
+	// phase is where the connection is; since the clock reading its
+	// limit runs from (0 while reading: from the next Read). readSet and
+	// writeSet are the deadlines armed on Conn, as clock readings; 0:
+	// none. Only the connection's serving goroutine uses them, as it is
+	// the only one fasthttp reads, writes and sets deadlines from.
+	phase             connPhase
+	since             int64
 	readSet, writeSet int64
+	unmanaged         bool // a deadline was set explicitly: keep none
 
 	// An answer of one block of memory larger than fasthttp's write
 	// buffer (bufSize) leaves a *net.TCPConn in one writev; through
@@ -57,6 +71,33 @@ type deadlineConn struct {
 	// sf sends file sections (sendfile_linux.go), made at the first.
 	sf *sectionSender
 }
+
+// connPhase is what a connection is doing, for its limits.
+type connPhase uint8
+
+const (
+	phaseReading connPhase = iota // a request: read_timeout
+	phaseWriting                  // an answer: write_timeout
+	phaseIdle                     // between requests: idle_timeout
+)
+
+// limits are a connection's timeouts and slack, in nanoseconds.
+type limits struct{ read, write, idle, slack int64 }
+
+func newLimits(read, write, idle, slack time.Duration) limits {
+	return limits{read: int64(read), write: int64(write), idle: int64(idle), slack: int64(slack)}
+}
+
+// clockBase anchors clock: deadlines are clockBase.Add(reading), so
+// they carry a monotonic time, which wall clock steps do not move.
+var clockBase = time.Now()
+
+// clock reads the monotonic clock: nanoseconds since clockBase, at
+// least 1 (0 means "not read").
+func clock() int64 { return max(int64(time.Since(clockBase)), 1) }
+
+// at is the deadline for a clock reading.
+func at(reading int64) time.Time { return clockBase.Add(time.Duration(reading)) }
 
 // Coalesce tells c, if it is a connection with coarse deadlines, that
 // the answer the handler leaves has a body of at least CoalesceMin bytes
@@ -88,7 +129,7 @@ func coarseSlack(timeouts ...time.Duration) time.Duration {
 // coarseListener wraps the plain connections ln accepts in deadlineConn.
 type coarseListener struct {
 	net.Listener
-	slack time.Duration
+	lim limits
 }
 
 func (l coarseListener) Accept() (net.Conn, error) {
@@ -99,42 +140,23 @@ func (l coarseListener) Accept() (net.Conn, error) {
 	if _, isTLS := c.(interface{ ConnectionState() tls.ConnectionState }); isTLS {
 		return c, nil
 	}
-	return &deadlineConn{Conn: c, slack: l.slack, bufSize: CoalesceMin}, nil
+	// The first request's read_timeout runs from the accept, as fasthttp's.
+	return &deadlineConn{Conn: c, lim: l.lim, since: clock(), bufSize: CoalesceMin}, nil
 }
 
-// coarse wraps ln for fasthttp when slack allows coarse deadlines.
-func coarse(ln net.Listener, slack time.Duration) net.Listener {
-	if slack <= 0 {
+// coarse wraps ln for fasthttp when slack allows coarse deadlines: its
+// connections then keep the limits, and fasthttp must not (Public.Serve).
+func coarse(ln net.Listener, lim limits) net.Listener {
+	if lim.slack <= 0 {
 		return ln
 	}
-	return coarseListener{Listener: ln, slack: slack}
+	return coarseListener{Listener: ln, lim: lim}
 }
 
-// covers reports whether the armed deadline set (Unix nanoseconds, 0:
+// covers reports whether the armed deadline set (a clock reading, 0:
 // none) fires no earlier than want and at most slack after it.
-func covers(set int64, want time.Time, slack time.Duration) bool {
-	if want.IsZero() || set == 0 {
-		return want.IsZero() && set == 0
-	}
-	w := want.UnixNano()
-	return set >= w && set-w <= int64(slack)
-}
-
-// unixNano is t in Unix nanoseconds, 0 for the zero time (none).
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// arming is the deadline to arm for want: slack late, unless want is
-// none or within slack of now.
-func (c *deadlineConn) arming(want time.Time) time.Time {
-	if want.IsZero() || time.Until(want) <= c.slack {
-		return want
-	}
-	return want.Add(c.slack)
+func covers(set, want, slack int64) bool {
+	return set != 0 && set >= want && set-want <= slack
 }
 
 func (c *deadlineConn) Read(b []byte) (int, error) {
@@ -142,35 +164,94 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
 	}
-	if !covers(c.readSet, c.readWant, c.slack) {
-		set := c.arming(c.readWant)
-		if err := c.Conn.SetReadDeadline(set); err != nil {
+	if !c.unmanaged {
+		if err := c.armRead(); err != nil {
 			return 0, err
 		}
-		c.readSet = unixNano(set)
 	}
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.phase == phaseIdle {
+		c.phase, c.since = phaseReading, 0 // read_timeout from the next Read, if any
+	}
+	return n, err
 }
 
-// SetReadDeadline takes effect at the next Read.
-func (c *deadlineConn) SetReadDeadline(t time.Time) error {
-	c.readWant = t
+// armRead makes sure the read deadline the phase wants is armed.
+func (c *deadlineConn) armRead() error {
+	limit := c.lim.read
+	switch c.phase {
+	case phaseWriting: // the answer is out: idle until the next request
+		c.phase, c.since = phaseIdle, clock()
+		limit = c.lim.idle
+	case phaseIdle:
+		limit = c.lim.idle
+	default:
+		if c.since == 0 { // the request's first byte came with the last read
+			c.since = clock()
+		}
+	}
+	want := c.since + limit
+	if covers(c.readSet, want, c.lim.slack) {
+		return nil
+	}
+	set := want + c.lim.slack
+	if err := c.Conn.SetReadDeadline(at(set)); err != nil {
+		return err
+	}
+	c.readSet = set
 	return nil
+}
+
+// continue100 starts the interim answer fasthttp writes to a request
+// with Expect: 100-continue before reading its body.
+var continue100 = []byte("HTTP/1.1 100 ")
+
+// armWrite makes sure the write deadline of the answer p begins or
+// continues is armed.
+func (c *deadlineConn) armWrite(p []byte) error {
+	if c.unmanaged {
+		return nil
+	}
+	want := c.since + c.lim.write
+	if c.phase != phaseWriting {
+		now := clock()
+		want = now + c.lim.write
+		if c.phase != phaseReading || !bytes.HasPrefix(p, continue100) {
+			c.phase, c.since = phaseWriting, now
+		}
+	}
+	if covers(c.writeSet, want, c.lim.slack) {
+		return nil
+	}
+	set := want + c.lim.slack
+	if err := c.Conn.SetWriteDeadline(at(set)); err != nil {
+		return err
+	}
+	c.writeSet = set
+	return nil
+}
+
+// SetReadDeadline, SetWriteDeadline and SetDeadline apply t as given;
+// the connection keeps no limits of its own from then on.
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	c.unmanaged = true
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
-	if covers(c.writeSet, t, c.slack) {
-		return nil
-	}
-	set := c.arming(t)
-	if err := c.Conn.SetWriteDeadline(set); err != nil {
-		return err
-	}
-	c.writeSet = unixNano(set)
-	return nil
+	c.unmanaged = true
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *deadlineConn) SetDeadline(t time.Time) error {
+	c.unmanaged = true
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *deadlineConn) Write(p []byte) (int, error) {
+	if err := c.armWrite(p); err != nil {
+		return 0, err
+	}
 	if len(c.held) > 0 {
 		bufs := net.Buffers{c.held, p}
 		held := len(c.held)
@@ -207,15 +288,13 @@ func (c *deadlineConn) Close() error {
 	return ferr
 }
 
-func (c *deadlineConn) SetDeadline(t time.Time) error {
-	c.readWant = t
-	return c.SetWriteDeadline(t)
-}
-
 // ReadFrom keeps the connection's own io.ReaderFrom (sendfile) behind
 // the wrapper, and sends a FileSection with sendfile at its offset
 // (sendfile.go).
 func (c *deadlineConn) ReadFrom(r io.Reader) (int64, error) {
+	if err := c.armWrite(nil); err != nil {
+		return 0, err
+	}
 	if err := c.flush(); err != nil {
 		return 0, err
 	}

@@ -33,69 +33,94 @@ func TestCoarseSlack(t *testing.T) {
 	}
 }
 
-// deadlineRecorder is a net.Conn that records the deadlines armed on it.
+// deadlineRecorder is a net.Conn that records the deadlines armed on it;
+// each Read returns n bytes.
 type deadlineRecorder struct {
 	net.Conn
+	n           int
 	read, write []time.Time
 }
 
-func (r *deadlineRecorder) Read(b []byte) (int, error)        { return 0, nil }
+func (r *deadlineRecorder) Read(b []byte) (int, error)        { return r.n, nil }
+func (r *deadlineRecorder) Write(b []byte) (int, error)       { return len(b), nil }
 func (r *deadlineRecorder) SetReadDeadline(t time.Time) error { r.read = append(r.read, t); return nil }
 func (r *deadlineRecorder) SetWriteDeadline(t time.Time) error {
 	r.write = append(r.write, t)
 	return nil
 }
+func (r *deadlineRecorder) SetDeadline(t time.Time) error {
+	_ = r.SetReadDeadline(t)
+	return r.SetWriteDeadline(t)
+}
 
-// TestDeadlineConnArms checks when the wrapper arms a timer: a read
-// deadline at the next read only, the last one set; a deadline again only
-// when the armed one would fire early or more than slack late; one within
-// slack of now (or none) exactly.
+// TestDeadlineConnArms checks which limit the wrapper keeps where, and
+// when it arms a timer: read_timeout from the accept for the first
+// request, write_timeout from an answer's first write, the idle time
+// from the read after it, read_timeout of a later request only when it
+// needs a second read; each slack late, and again only when the armed
+// one would fire early or more than slack late. An explicit deadline
+// ends all that.
 func TestDeadlineConnArms(t *testing.T) {
-	rec := &deadlineRecorder{}
-	const slack = 100 * time.Millisecond
-	c := &deadlineConn{Conn: rec, slack: slack}
-	now := time.Now()
-	idle, read := now.Add(time.Minute), now.Add(10*time.Second)
-
-	_ = c.SetReadDeadline(read)
-	_ = c.SetReadDeadline(idle)
-	if len(rec.read) != 0 {
-		t.Fatalf("read deadlines armed before a read: %v", rec.read)
+	rec := &deadlineRecorder{n: 16}
+	const slack = 20 * time.Millisecond
+	const read, write, idle = 10 * time.Second, 30 * time.Second, time.Minute
+	lim := newLimits(read, write, idle, slack)
+	// armed checks the last deadline of ds: limit+slack after a moment
+	// between from and now.
+	armed := func(what string, ds []time.Time, n int, from time.Time, limit time.Duration) {
+		t.Helper()
+		if len(ds) != n {
+			t.Fatalf("%s: %d deadlines armed (%v), want %d", what, len(ds), ds, n)
+		}
+		if d := ds[n-1]; d.Before(from.Add(limit+slack)) || d.After(time.Now().Add(limit+slack)) {
+			t.Fatalf("%s: armed %v, want %v plus slack after a moment from %v on", what, d, limit, from)
+		}
+	}
+	start := time.Now()
+	c := &deadlineConn{Conn: rec, lim: lim, since: clock()} // as Accept makes it
+	_, _ = c.Read(nil)
+	armed("first request", rec.read, 1, start, read)
+	t0 := time.Now()
+	_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\n"))
+	armed("answer", rec.write, 1, t0, write)
+	t1 := time.Now()
+	_, _ = c.Read(nil)
+	armed("idle", rec.read, 2, t1, idle)
+	// The next request and answer within slack: nothing to arm.
+	_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\n"))
+	_, _ = c.Read(nil)
+	if len(rec.read) != 2 || len(rec.write) != 1 {
+		t.Fatalf("re-armed within slack: read %v, write %v", rec.read, rec.write)
+	}
+	// A request that needs a second read: read_timeout.
+	t2 := time.Now()
+	_, _ = c.Read(nil)
+	armed("second read of a request", rec.read, 3, t2, read)
+	// 100 Continue keeps the request going under its read_timeout.
+	_, _ = c.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n"))
+	if c.phase != phaseReading {
+		t.Fatalf("after 100 Continue: phase %d, want reading", c.phase)
 	}
 	_, _ = c.Read(nil)
-	if len(rec.read) != 1 || !rec.read[0].Equal(idle.Add(slack)) {
-		t.Fatalf("armed %v, want only the idle deadline plus slack", rec.read)
+	if len(rec.read) != 3 {
+		t.Fatalf("body read re-armed: %v", rec.read)
 	}
-	// Next requests within slack: nothing to arm.
-	_ = c.SetReadDeadline(read.Add(slack / 2)) // the request's own bytes need no read
-	_ = c.SetReadDeadline(idle.Add(slack / 2))
-	_, _ = c.Read(nil)
-	if len(rec.read) != 1 {
-		t.Fatalf("re-armed within slack: %v", rec.read)
+	// An answer later than slack after the armed one: armed again.
+	time.Sleep(2 * slack)
+	t3 := time.Now()
+	_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\n"))
+	armed("later answer", rec.write, len(rec.write), t3, write)
+	if len(rec.write) < 2 {
+		t.Fatalf("later answer not re-armed: %v", rec.write)
 	}
-	// A read under read_timeout (an incomplete request) arms it.
-	_ = c.SetReadDeadline(read)
-	_, _ = c.Read(nil)
-	if len(rec.read) != 2 || !rec.read[1].Equal(read.Add(slack)) {
-		t.Fatalf("armed %v, want read_timeout's deadline plus slack second", rec.read)
-	}
-	// Past and near deadlines stop a connection on time; none clears.
-	_ = c.SetReadDeadline(now)
-	_, _ = c.Read(nil)
-	_ = c.SetReadDeadline(time.Time{})
-	_, _ = c.Read(nil)
-	_, _ = c.Read(nil)
-	if len(rec.read) != 4 || !rec.read[2].Equal(now) || !rec.read[3].IsZero() {
-		t.Fatalf("armed %v, want %v exactly, then none, once", rec.read, now)
-	}
-
-	w := now.Add(30 * time.Second)
-	_ = c.SetWriteDeadline(w)
-	_ = c.SetWriteDeadline(w.Add(slack / 2))
-	_ = c.SetWriteDeadline(w.Add(2 * slack))
+	// An explicit deadline is applied as given; nothing after it.
 	_ = c.SetDeadline(time.Time{})
-	if len(rec.write) != 3 || !rec.write[0].Equal(w.Add(slack)) || !rec.write[1].Equal(w.Add(3*slack)) || !rec.write[2].IsZero() {
-		t.Fatalf("write deadlines armed: %v", rec.write)
+	nr, nw := len(rec.read), len(rec.write)
+	_, _ = c.Read(nil)
+	_, _ = c.Write([]byte("x"))
+	_, _ = c.Read(nil)
+	if len(rec.read) != nr || len(rec.write) != nw || !rec.read[nr-1].IsZero() || !rec.write[nw-1].IsZero() {
+		t.Fatalf("after SetDeadline: read %v, write %v", rec.read, rec.write)
 	}
 }
 
@@ -183,6 +208,48 @@ func TestCoarseTimeoutsFire(t *testing.T) {
 	}
 }
 
+// TestCoarseWriteTimeoutFires: on a plain listener fasthttp's own
+// timeouts are off, and the connection keeps write_timeout: an answer a
+// client does not read is given up after write_timeout (the connection
+// closed), not before, at most slack plus scheduling late.
+func TestCoarseWriteTimeoutFires(t *testing.T) {
+	s := config.Server{ReadTimeout: 2 * time.Second, WriteTimeout: 400 * time.Millisecond, IdleTimeout: 2 * time.Second}
+	big := bytes.Repeat([]byte("x"), 64<<20) // far more than loopback's socket buffers
+	closed := make(chan time.Time, 1)
+	h1 := &fasthttp.Server{
+		Handler:      func(ctx *fasthttp.RequestCtx) { ctx.Response.SetBodyRaw(big) },
+		ReadTimeout:  s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout,
+		IdleTimeout:  s.IdleTimeout,
+		ConnState: func(_ net.Conn, st fasthttp.ConnState) {
+			if st == fasthttp.StateClosed {
+				closed <- time.Now()
+			}
+		},
+	}
+	pub := New(h1, s, nil)
+	ln := servePlain(t, pub)
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	control := oversleep(s.WriteTimeout)
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	const late = 300 * time.Millisecond
+	select {
+	case at := <-closed:
+		if took, over := at.Sub(start), <-control; took < s.WriteTimeout || took > s.WriteTimeout+late+over {
+			t.Errorf("unread answer given up after %v, want write_timeout %v (at most %v late, +%v a timer overslept meanwhile)", took, s.WriteTimeout, late, over)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an unread answer kept its connection for 10s: no write_timeout")
+	}
+}
+
 // oversleep sleeps d beside the test and sends how much later than d it
 // woke: the lateness a loaded machine adds to any timer, which the test
 // allows the server's timeouts on top of their own slack (once, at load
@@ -208,9 +275,10 @@ func (r *writeRecorder) Write(b []byte) (int, error) {
 	r.writes = append(r.writes, append([]byte(nil), b...))
 	return len(b), nil
 }
-func (r *writeRecorder) Read(b []byte) (int, error)      { return 0, nil }
-func (r *writeRecorder) SetReadDeadline(time.Time) error { return nil }
-func (r *writeRecorder) Close() error                    { r.closed = true; return nil }
+func (r *writeRecorder) Read(b []byte) (int, error)       { return 0, nil }
+func (r *writeRecorder) SetReadDeadline(time.Time) error  { return nil }
+func (r *writeRecorder) SetWriteDeadline(time.Time) error { return nil }
+func (r *writeRecorder) Close() error                     { r.closed = true; return nil }
 
 // TestCoalesceHoldsFirstBuffer: armed, the first full buffer waits for
 // the next write and leaves with it, in order; a smaller first write, or

@@ -15,7 +15,7 @@
 //	public.go  Public, New: the servers, Serve (shared or plain), graceful shutdown
 //	mux.go     sorting accepted connections: TLS ALPN, or the h2c preface or an
 //	           HTTP/1.x request line (else closed), replayed bytes
-//	deadline.go  coarse deadlines: fasthttp's per-request timeouts armed lazily, slack late
+//	deadline.go  coarse deadlines: plain connections keep the read, write and idle timeouts, armed lazily, slack late
 //	sendfile.go  FileSection: a body that is a file's section, sent with sendfile at its offset
 //	sendfile_linux.go  sendSection: sendfile(2) naming the offset, waiting for writability
 //	sendfile_other.go  sendSection elsewhere: not handled (the section is read)

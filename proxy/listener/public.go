@@ -41,7 +41,9 @@ type Public struct {
 	http2, h2c  bool
 	readTimeout time.Duration
 	h2lim       h2Limits
-	slack       time.Duration // how late a timeout may fire (deadline.go)
+	slack       time.Duration    // how late a timeout may fire (deadline.go)
+	lim         limits           // the timeouts plain connections keep (deadline.go)
+	timeouts    [3]time.Duration // read, write, idle: fasthttp's on a TLS listener
 	logger      *slog.Logger
 
 	mu  sync.Mutex
@@ -54,7 +56,9 @@ type Public struct {
 // answered by h1's ErrorHandler, so both protocols answer alike.
 func New(h1 *fasthttp.Server, s config.Server, logger *slog.Logger) *Public {
 	pub := &Public{H1: h1, http2: s.HTTP2, h2c: s.H2C, readTimeout: s.ReadTimeout, logger: logger,
-		slack: coarseSlack(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout)}
+		slack:    coarseSlack(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout),
+		timeouts: [3]time.Duration{h1.ReadTimeout, h1.WriteTimeout, h1.IdleTimeout}}
+	pub.lim = newLimits(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, pub.slack)
 	if s.HTTP2 || s.H2C {
 		pub.h2lim = newH2Limits(uint32(s.HTTP2Limits.MaxFrameSize), int(s.MaxHeaderSize))
 		pub.h2 = newH2Server(h1.Handler, h1.ErrorHandler, s, logger)
@@ -110,8 +114,18 @@ func newH2Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, e
 
 // Serve serves ln until it is closed, over TLS when tc is set. With
 // HTTP/2 off (or plain HTTP without h2c) fasthttp gets the listener
-// directly, exactly as before HTTP/2 existed.
+// directly, exactly as before HTTP/2 existed. On a plain listener with
+// coarse deadlines the connections keep the timeouts (deadline.go) and
+// fasthttp's are off; over TLS fasthttp keeps them.
 func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
+	h := pub.H1
+	h.ReadTimeout, h.WriteTimeout, h.IdleTimeout = pub.timeouts[0], pub.timeouts[1], pub.timeouts[2]
+	lim := pub.lim
+	if tc != nil {
+		lim.slack = 0 // coarse wraps nothing
+	} else if lim.slack > 0 {
+		h.ReadTimeout, h.WriteTimeout, h.IdleTimeout = 0, 0, 0
+	}
 	shared := pub.h2 != nil && (tc != nil && pub.http2 || tc == nil && pub.h2c)
 	if tc != nil {
 		tc = tc.Clone()
@@ -124,7 +138,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 		if tc != nil {
 			ln = tls.NewListener(ln, tc)
 		}
-		return pub.H1.Serve(coarse(ln, pub.slack))
+		return pub.H1.Serve(coarse(ln, lim))
 	}
 	m := newConnMux(ln, tc, pub.readTimeout, pub.h2lim, pub.logger)
 	pub.mu.Lock()
@@ -132,7 +146,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 	pub.mu.Unlock()
 	go m.run()
 	go func() { _ = pub.h2.Serve(m.h2) }() // returns when the mux closes
-	return pub.H1.Serve(coarse(m.h1, pub.slack))
+	return pub.H1.Serve(coarse(m.h1, lim))
 }
 
 // ShutdownWithContext stops accepting connections and waits for the
