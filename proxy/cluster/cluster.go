@@ -635,16 +635,16 @@ func (c *Node) InvalidateEverywhere(rawURL string, tid []byte) {
 // shared secret and the generation this node routes by (setPeerAuth).
 func (c *Node) setPeerHead(h *fasthttp.RequestHeader, addr string, gen uint64) {
 	h.SetHost(addr)
-	c.setPeerAuth(h, gen)
+	c.setPeerAuth(HTTPHead(h), gen)
 }
 
 // setPeerAuth sets the two fields every request to a peer carries over
 // HTTP — the shared secret and the generation the sender routes by — and
 // is the one place that writes them: forwards (SetForwardHead),
 // read-throughs, purges, purge logs and sync, usage and hand-offs. A
-// multiplexed connection carries the secret in its hello instead
-// (appendRequest drops the field).
-func (c *Node) setPeerAuth(h *fasthttp.RequestHeader, gen uint64) {
+// multiplexed connection carries the secret in its hello instead (a mux
+// request drops the field).
+func (c *Node) setPeerAuth(h ReqHead, gen uint64) {
 	var num [20]byte
 	h.SetCanonical(hShieldAuth, c.secret)
 	h.SetCanonical(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))

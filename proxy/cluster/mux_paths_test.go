@@ -50,7 +50,7 @@ func (n *testNode) forwardTo(t *testing.T, owner, uri string, client *fasthttp.R
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(uri)
 	req.Header.SetHost("example.test")
-	n.node.SetForwardHead(&req.Header, n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+	n.node.SetForwardHead(HTTPHead(&req.Header), n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
 	return n.node.Do(client, fw, req, maxHints)
 }
 
@@ -489,12 +489,12 @@ func TestMuxGoAwayUnread(t *testing.T) {
 		t.Error("the connection is still used after the goodbye")
 	}
 	// A request on it now is not sent: the caller goes over HTTP.
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI("/late")
+	mr := AcquireMuxRequest()
+	defer ReleaseMuxRequest(mr)
+	mr.Start([]byte("GET"), []byte("/late"))
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if sent, err := mc.do(nil, req, resp, 0, time.Second, nil); sent || err != nil {
+	if sent, err := mc.do(nil, mr, resp, 0, time.Second, nil); sent || err != nil {
 		t.Errorf("after the goodbye: sent %v, %v", sent, err)
 	}
 }
