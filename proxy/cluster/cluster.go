@@ -155,6 +155,7 @@ type Node struct {
 	secret  []byte
 	timeout time.Duration
 	peers   atomic.Pointer[peerTable]
+	genText atomic.Pointer[genText] // the last generation setPeerAuth wrote
 	hot     *hotKeys
 	opts    Options
 	usage   *usageExchange // nil when the usage exchange is off
@@ -645,9 +646,26 @@ func (c *Node) setPeerHead(h *fasthttp.RequestHeader, addr string, gen uint64) {
 // multiplexed connection carries the secret in its hello instead (a mux
 // request drops the field).
 func (c *Node) setPeerAuth(h ReqHead, gen uint64) {
-	var num [20]byte
 	h.SetCanonical(hShieldAuth, c.secret)
-	h.SetCanonical(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
+	h.SetCanonical(hShieldGeneration, c.generationText(gen))
+}
+
+// genText is a generation in decimal.
+type genText struct {
+	gen  uint64
+	text []byte
+}
+
+// generationText returns gen in decimal, formatted once per generation
+// (it changes with the peer set, not per request); the bytes are never
+// modified.
+func (c *Node) generationText(gen uint64) []byte {
+	if t := c.genText.Load(); t != nil && t.gen == gen {
+		return t.text
+	}
+	t := &genText{gen: gen, text: strconv.AppendUint(nil, gen, 10)}
+	c.genText.Store(t)
+	return t.text
 }
 
 // purgePath is the peer-listener path a purge is fanned out on.
