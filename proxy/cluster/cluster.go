@@ -585,8 +585,7 @@ func (c *Node) PeerHandler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	v := c.m.View()
-	gen, err := strconv.ParseUint(string(h.PeekBytes(hShieldGeneration)), 10, 64)
-	if err != nil || !v.Accepts(gen, ctx.Time()) {
+	if !c.acceptsGeneration(v, h.PeekBytes(hShieldGeneration), ctx.Time()) {
 		c.misdirected.Inc()
 		ctx.SetStatusCode(fasthttp.StatusMisdirectedRequest)
 		ctx.Response.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, v.Current.Generation(), 10))
@@ -648,6 +647,17 @@ func (c *Node) setPeerHead(h *fasthttp.RequestHeader, addr string, gen uint64) {
 func (c *Node) setPeerAuth(h ReqHead, gen uint64) {
 	h.SetCanonical(hShieldAuth, c.secret)
 	h.SetCanonical(hShieldGeneration, c.generationText(gen))
+}
+
+// acceptsGeneration reports whether field, a request's
+// Shield-Generation, names a generation v accepts (routing.View.Accepts):
+// the current one is recognised by its text, without parsing.
+func (c *Node) acceptsGeneration(v *routing.View, field []byte, now time.Time) bool {
+	if bytes.Equal(field, c.generationText(v.Current.Generation())) {
+		return true
+	}
+	gen, err := strconv.ParseUint(string(field), 10, 64)
+	return err == nil && v.Accepts(gen, now)
 }
 
 // genText is a generation in decimal.
