@@ -118,9 +118,12 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 	}
 	src := &ctx.Request
 	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
-	reqTime := time.Now()
 	hot := c.Options().HotKeyRate
 	isHot := sc.hotRate > 0 && hot > 0 && sc.hotRate >= hot
+	var reqTime time.Time // a near copy's request time
+	if isHot {
+		reqTime = time.Now()
+	}
 	ent := sc.wantEntry(ctx, rte)
 	maxHints := rte.origin.MaxHints()
 	var resp *fasthttp.Response

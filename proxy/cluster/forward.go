@@ -187,7 +187,7 @@ func (pc *Peer) muxConn(getOrHead bool) *muxConn {
 	if pc.mux == nil || !getOrHead {
 		return nil
 	}
-	return pc.mux.conn(time.Now().UnixNano())
+	return pc.mux.conn()
 }
 
 // RelayPeerHead copies an owner's answer head and appends this node's

@@ -386,7 +386,7 @@ func openMux(t *testing.T, n *testNode, owner string) *muxConn {
 	m := n.node.Peer(owner).mux
 	var mc *muxConn
 	waitUntil(t, "a mux connection to "+owner, func() bool {
-		mc = m.conn(time.Now().UnixNano())
+		mc = m.conn()
 		return mc != nil
 	})
 	return mc

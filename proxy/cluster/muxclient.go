@@ -59,10 +59,11 @@ func newMuxClient(c *Node, addr string, dial func(addr string) (net.Conn, error)
 // conn returns the connection to send on, nil when there is none yet
 // (one is dialled in the background) or the peer does not speak the
 // transport.
-func (m *muxClient) conn(now int64) *muxConn {
+func (m *muxClient) conn() *muxConn {
 	if mc := m.cur.Load(); mc != nil && !mc.closed.Load() {
 		return mc
 	}
+	now := time.Now().UnixNano()
 	m.mu.Lock()
 	if !m.dialing && now >= m.notBefore && (m.c.env.Ctx == nil || m.c.env.Ctx.Err() == nil) {
 		m.dialing = true
