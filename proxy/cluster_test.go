@@ -448,17 +448,27 @@ func TestClusterNearCopyAndPurgeFanOut(t *testing.T) {
 // TestClusterForwardedFieldsFromEdge: the edge sets the forwarding fields
 // for its client — replacing a client's, extending a trusted proxy's —
 // and the key's owner sends them to the origin as the edge set them; the
-// owner's cache fetch drops the ignore_query parameters.
+// owner's cache fetch drops the ignore_query parameters. Over either
+// transport: a mux request is encoded as the edge builds it, an HTTP one
+// is a fasthttp request.
 func TestClusterForwardedFieldsFromEdge(t *testing.T) {
-	for _, trusted := range []bool{false, true} {
-		t.Run(map[bool]string{false: "untrusted", true: "trusted"}[trusted], func(t *testing.T) {
+	for _, tc := range []struct {
+		transport string
+		trusted   bool
+	}{{"http", false}, {"http", true}, {"mux", false}, {"mux", true}} {
+		trusted := tc.trusted
+		t.Run(tc.transport+map[bool]string{false: " untrusted", true: " trusted"}[trusted], func(t *testing.T) {
 			c := newTestCluster(t, clusterSetup{cfg: func(cfg *config.Config) {
+				cfg.Cluster.Transport = tc.transport
 				cfg.Routes[0].Cache.IgnoreQuery = []string{"utm_source"}
 				if trusted {
 					cfg.Server.TrustedProxies = []string{"0.0.0.0/0", "::/0"}
 				}
 			}}, "a", "b")
 			a := c.node("a")
+			if tc.transport == "mux" {
+				waitMuxOpen(t, a, "b")
+			}
 			var seen fasthttp.RequestHeader
 			var uri string
 			c.origin.setHandler(func(ctx *fasthttp.RequestCtx) {

@@ -14,6 +14,7 @@ import (
 	"github.com/shield-proxy/shield/cachekey"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/stale"
@@ -507,10 +508,16 @@ func addVary(h *fasthttp.ResponseHeader) {
 // Accept-Encoding of a request forwarded to the key's owner, whose
 // handler negotiates again (the client's own field was set to identity
 // for keying).
-func (rte *route) forwardCoding(h *fasthttp.RequestHeader, idx uint8) {
-	if rte.comp != nil && idx != codingIdentityIdx {
-		h.SetBytesKV(hAcceptEncoding, rte.comp.name(idx))
+func (rte *route) forwardCoding(h cluster.ReqHead, idx uint8) {
+	if rte.forwardsCoding(idx) {
+		h.SetCanonical(hAcceptEncoding, rte.comp.name(idx))
 	}
+}
+
+// forwardsCoding reports whether forwardCoding sets Accept-Encoding
+// (the client's is then not forwarded).
+func (rte *route) forwardsCoding(idx uint8) bool {
+	return rte.comp != nil && idx != codingIdentityIdx
 }
 
 // compressForwarded answers a passed-through GET on a compress route

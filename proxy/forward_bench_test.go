@@ -53,9 +53,18 @@ func BenchmarkForwardedHit(b *testing.B) {
 // (cluster.transport: mux), once the edge's connection to the owner is
 // open.
 func forwardedHitMux(tb testing.TB, headers ...string) (do func()) {
+	return forwardedHitMuxCfg(tb, nil, headers...)
+}
+
+// forwardedHitMuxCfg is forwardedHitMux with cfg applied to the nodes'
+// configuration too.
+func forwardedHitMuxCfg(tb testing.TB, cfg func(*config.Config), headers ...string) (do func()) {
 	var a *Proxy
 	do = forwardedHit(tb, clusterSetup{cfg: func(c *config.Config) {
 		c.Cluster.Transport = "mux"
+		if cfg != nil {
+			cfg(c)
+		}
 	}, handler: func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
 		if n.id == "a" {
 			a = n.p

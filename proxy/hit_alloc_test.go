@@ -134,9 +134,10 @@ func TestRangeHitAllocs(t *testing.T) {
 func TestForwardedHitAllocs(t *testing.T) {
 	trusted := clusterSetup{cfg: func(c *config.Config) { c.Server.TrustedProxies = []string{"0.0.0.0/0", "::/0"} }}
 	for name, do := range map[string]func(){
-		"plain":         forwardedHit(t, clusterSetup{}),
-		"trusted proxy": forwardedHit(t, trusted, "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-Proto", "https"),
-		"mux":           forwardedHitMux(t),
+		"plain":              forwardedHit(t, clusterSetup{}),
+		"trusted proxy":      forwardedHit(t, trusted, "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-Proto", "https"),
+		"mux":                forwardedHitMux(t),
+		"mux, trusted proxy": forwardedHitMuxCfg(t, trusted.cfg, "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-Proto", "https"),
 	} {
 		for range 100 { // pools and connections warm
 			do()

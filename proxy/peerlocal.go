@@ -107,35 +107,43 @@ func (p *Proxy) PreparePeerTLS(t *config.PeerTLS) (install func(), err error) {
 
 // forwardToOwner sends the request to the key's owner and relays its
 // answer. ok is false when the owner could not answer; the caller then
-// serves the request locally.
+// serves the request locally. Over a multiplexed connection the request
+// is encoded as it is built (cluster.MuxRequest); a fasthttp.Request is
+// built only for HTTP (no connection open, or it could not take the
+// request) and for a hot key, whose near copy reads it.
 func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *routing.View, owner *routing.Peer, rt *runtimeConfig, rte *route, sc *scratch) (result, bool) {
 	fw, ok := c.Begin(owner.ID, ctx.Time().UnixNano())
 	if !ok {
 		return 0, false
 	}
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
 	src := &ctx.Request
-	req.Header.SetMethodBytes(src.Header.Method())
-	req.SetRequestURIBytes(src.Header.RequestURI())
-	conn := src.Header.PeekBytes(httpx.HConnection)
-	for k, val := range src.Header.All() {
-		if httpx.IsHopByHop(k, conn) || isShieldHeader(k) || httpx.IsForwardedHeader(k) || bytes.EqualFold(k, httpx.HContentLength) {
-			continue
-		}
-		req.Header.AddBytesKV(k, val)
-	}
-	rte.forwardCoding(&req.Header, sc.coding)
-	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
-	c.SetForwardHead(&req.Header, v.Current.Generation(), sc.tid, sc.tmp)
-	setForwarded(&req.Header, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
-	req.Header.SetCanonical(hShieldForwarded, valueOne)
 	seq := p.cache.Invalidations().Next() // a near copy's place in invalidation order
-	reqTime := time.Now()
 	hot := c.Options().HotKeyRate
 	isHot := sc.hotRate > 0 && hot > 0 && sc.hotRate >= hot
+	var reqTime time.Time // a near copy's request time
+	if isHot {
+		reqTime = time.Now()
+	}
 	ent := sc.wantEntry(ctx, rte)
-	resp, ok := c.DoEntry(ctx, fw, req, rte.origin.MaxHints(), ent)
+	maxHints := rte.origin.MaxHints()
+	var resp *fasthttp.Response
+	sent := false
+	if !isHot && fw.UseMux(src.Header.Method()) {
+		mr := cluster.AcquireMuxRequest()
+		mr.Start(src.Header.Method(), src.Header.RequestURI())
+		p.forwardFields(ctx, c, v, rt, rte, sc, mr.Head())
+		resp, ok, sent = c.DoMux(ctx, fw, mr, maxHints, ent)
+		cluster.ReleaseMuxRequest(mr)
+	}
+	var req *fasthttp.Request
+	if !sent {
+		req = fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(req)
+		req.Header.SetMethodBytes(src.Header.Method())
+		req.SetRequestURIBytes(src.Header.RequestURI())
+		p.forwardFields(ctx, c, v, rt, rte, sc, cluster.HTTPHead(&req.Header))
+		resp, ok = c.DoEntry(ctx, fw, req, maxHints, ent)
+	}
 	if ent != nil {
 		if ok && ent.Got {
 			fasthttp.ReleaseResponse(resp)
@@ -157,7 +165,7 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 	if sc.ent.Got {
 		return resPeer, true
 	}
-	if isHot && resp.StatusCode() == fasthttp.StatusOK {
+	if isHot && req != nil && resp.StatusCode() == fasthttp.StatusOK {
 		if p.keepNearCopy(ctx, c, rt, rte, sc, req, resp, seq, reqTime) {
 			return resPeer, true
 		}
@@ -169,6 +177,30 @@ func (p *Proxy) forwardToOwner(ctx *fasthttp.RequestCtx, c *cluster.Node, v *rou
 	resp.SwapBody(old)
 	fasthttp.ReleaseResponse(resp)
 	return resPeer, true
+}
+
+// forwardFields sets a forwarded request's header fields on h: the
+// client's, but for hop-by-hop, peer protocol, Forwarded and
+// X-Forwarded-* fields and Content-Length (and Accept-Encoding when the
+// route names the negotiated coding), then the peer protocol's
+// (cluster.Node.SetForwardHead) and the forwarded fields the edge sets
+// for its client.
+func (p *Proxy) forwardFields(ctx *fasthttp.RequestCtx, c *cluster.Node, v *routing.View, rt *runtimeConfig, rte *route, sc *scratch, h cluster.ReqHead) {
+	src := &ctx.Request
+	conn := src.Header.PeekBytes(httpx.HConnection)
+	coded := rte.forwardsCoding(sc.coding)
+	for k, val := range src.Header.All() {
+		if httpx.IsHopByHop(k, conn) || isShieldHeader(k) || httpx.IsForwardedHeader(k) || bytes.EqualFold(k, httpx.HContentLength) ||
+			(coded && bytes.EqualFold(k, hAcceptEncoding)) {
+			continue
+		}
+		h.Add(k, val)
+	}
+	rte.forwardCoding(h, sc.coding)
+	sc.tmp = appendRemoteIP(sc.tmp[:0], ctx)
+	c.SetForwardHead(h, v.Current.Generation(), sc.tid, sc.tmp)
+	setForwarded(h, &src.Header, sc.tmp, ctx.IsTLS(), rt.trusts(ctx))
+	h.SetCanonical(hShieldForwarded, valueOne)
 }
 
 // invalidateEverywhere delivers the URL invalidation of a successful

@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/proxy/cache"
+	"github.com/shield-proxy/shield/proxy/cluster"
 	"github.com/shield-proxy/shield/proxy/httpx"
 	"github.com/shield-proxy/shield/stale"
 )
@@ -88,10 +89,10 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 		if len(ip) == 0 {
 			ip = appendRemoteIP(ipBuf[:0], ctx)
 		}
-		setForwarded(&req.Header, &src.Header, ip, ctx.IsTLS(), false)
+		setForwarded(cluster.HTTPHead(&req.Header), &src.Header, ip, ctx.IsTLS(), false)
 	default:
 		var ipBuf [64]byte
-		setForwarded(&req.Header, &src.Header, appendRemoteIP(ipBuf[:0], ctx), ctx.IsTLS(), trusted)
+		setForwarded(cluster.HTTPHead(&req.Header), &src.Header, appendRemoteIP(ipBuf[:0], ctx), ctx.IsTLS(), trusted)
 	}
 	if se != nil {
 		if len(se.ETag) > 0 {
@@ -107,13 +108,14 @@ func buildUpstream(req *fasthttp.Request, ctx *fasthttp.RequestCtx, rte *route, 
 }
 
 // setForwarded sets X-Forwarded-For, -Proto and -Host (and -Port) on dst,
-// an upstream request that got none of the client's Forwarded and
+// an upstream request (its header, or a mux request to a peer) that got
+// none of the client's Forwarded and
 // X-Forwarded-* fields, for a client at ip. From a trusted proxy they
 // speak for the proxy's own client: its X-Forwarded-For gains ip, and its
 // X-Forwarded-Proto, -Host and -Port are kept. Anyone else's are replaced:
 // ip, the listener's scheme and the request's Host. The names are
 // canonical: SetCanonical skips normalising them.
-func setForwarded(dst, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool) {
+func setForwarded(dst cluster.ReqHead, src *fasthttp.RequestHeader, ip []byte, tls, trusted bool) {
 	var buf [128]byte
 	xff := buf[:0]
 	var proto, host, port []byte

@@ -155,6 +155,7 @@ type Node struct {
 	secret  []byte
 	timeout time.Duration
 	peers   atomic.Pointer[peerTable]
+	genText atomic.Pointer[genText] // the last generation setPeerAuth wrote
 	hot     *hotKeys
 	opts    Options
 	usage   *usageExchange // nil when the usage exchange is off
@@ -584,8 +585,7 @@ func (c *Node) PeerHandler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	v := c.m.View()
-	gen, err := strconv.ParseUint(string(h.PeekBytes(hShieldGeneration)), 10, 64)
-	if err != nil || !v.Accepts(gen, ctx.Time()) {
+	if !c.acceptsGeneration(v, h.PeekBytes(hShieldGeneration), ctx.Time()) {
 		c.misdirected.Inc()
 		ctx.SetStatusCode(fasthttp.StatusMisdirectedRequest)
 		ctx.Response.Header.SetBytesKV(hShieldGeneration, strconv.AppendUint(nil, v.Current.Generation(), 10))
@@ -635,19 +635,47 @@ func (c *Node) InvalidateEverywhere(rawURL string, tid []byte) {
 // shared secret and the generation this node routes by (setPeerAuth).
 func (c *Node) setPeerHead(h *fasthttp.RequestHeader, addr string, gen uint64) {
 	h.SetHost(addr)
-	c.setPeerAuth(h, gen)
+	c.setPeerAuth(HTTPHead(h), gen)
 }
 
 // setPeerAuth sets the two fields every request to a peer carries over
 // HTTP — the shared secret and the generation the sender routes by — and
 // is the one place that writes them: forwards (SetForwardHead),
 // read-throughs, purges, purge logs and sync, usage and hand-offs. A
-// multiplexed connection carries the secret in its hello instead
-// (appendRequest drops the field).
-func (c *Node) setPeerAuth(h *fasthttp.RequestHeader, gen uint64) {
-	var num [20]byte
+// multiplexed connection carries the secret in its hello instead (a mux
+// request drops the field).
+func (c *Node) setPeerAuth(h ReqHead, gen uint64) {
 	h.SetCanonical(hShieldAuth, c.secret)
-	h.SetCanonical(hShieldGeneration, strconv.AppendUint(num[:0], gen, 10))
+	h.SetCanonical(hShieldGeneration, c.generationText(gen))
+}
+
+// acceptsGeneration reports whether field, a request's
+// Shield-Generation, names a generation v accepts (routing.View.Accepts):
+// the current one is recognised by its text, without parsing.
+func (c *Node) acceptsGeneration(v *routing.View, field []byte, now time.Time) bool {
+	if bytes.Equal(field, c.generationText(v.Current.Generation())) {
+		return true
+	}
+	gen, err := strconv.ParseUint(string(field), 10, 64)
+	return err == nil && v.Accepts(gen, now)
+}
+
+// genText is a generation in decimal.
+type genText struct {
+	gen  uint64
+	text []byte
+}
+
+// generationText returns gen in decimal, formatted once per generation
+// (it changes with the peer set, not per request); the bytes are never
+// modified.
+func (c *Node) generationText(gen uint64) []byte {
+	if t := c.genText.Load(); t != nil && t.gen == gen {
+		return t.text
+	}
+	t := &genText{gen: gen, text: strconv.AppendUint(nil, gen, 10)}
+	c.genText.Store(t)
+	return t.text
 }
 
 // purgePath is the peer-listener path a purge is fanned out on.

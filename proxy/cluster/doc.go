@@ -28,10 +28,12 @@
 //
 //	cluster.go    Node, New, Options, Env, Local; peer clients, the peer
 //	              listener's handler, peer TLS reloads (PreparePeerTLS)
-//	forward.go    forwarding to the key's owner (Begin, SetForwardHead, Do),
+//	forward.go    forwarding to the key's owner (Begin, SetForwardHead, Do,
+//	              DoMux for a request encoded as a MuxRequest),
 //	              relaying its head, previous-owner read-through
 //	mux.go        the multiplexed peer transport (cluster.transport: mux):
-//	              its framing, request and answer payloads, limits
+//	              its framing, request and answer payloads, limits; the
+//	              edge's requests encoded as built (MuxRequest, ReqHead)
 //	muxwriter.go  a connection's batched writer (many frames per write)
 //	muxserver.go  the owner's side: the peer listener sorting HTTP from
 //	              mux connections (Listener), hello, requests served on
@@ -57,8 +59,8 @@
 //
 // Invariants:
 //
-//   - A forwarded hit allocates nothing here: Begin, SetForwardHead, Do
-//     and RelayPeerHead use pooled requests and caller-owned buffers; so
+//   - A forwarded hit allocates nothing here: Begin, SetForwardHead, Do,
+//     DoMux and RelayPeerHead use pooled requests and caller-owned buffers; so
 //     does the mux transport, on both sides (pooled calls, tasks and
 //     RequestCtxs, queues that keep their capacity).
 //   - Every failure of the cluster machinery — owner down, slow, refusing,

@@ -17,7 +17,8 @@ import (
 // the path of every forwarded hit.
 type Forward struct {
 	pc    *Peer
-	probe bool // the breaker's half-open probe
+	probe bool     // the breaker's half-open probe
+	mc    *muxConn // the connection UseMux found
 }
 
 // Owner is the id of the peer the request goes to.
@@ -43,7 +44,7 @@ func (c *Node) Begin(owner string, now int64) (f Forward, ok bool) {
 // the generation routed by, the tenant the edge admitted it for, the
 // shared secret, and the client's address. The names are canonical:
 // SetCanonical skips normalising them.
-func (c *Node) SetForwardHead(h *fasthttp.RequestHeader, gen uint64, tid, clientIP []byte) {
+func (c *Node) SetForwardHead(h ReqHead, gen uint64, tid, clientIP []byte) {
 	c.setPeerAuth(h, gen)
 	h.SetCanonical(HTenant, tid)
 	h.SetCanonical(HClientIP, clientIP) // for owners from before Shield-Forwarded
@@ -72,8 +73,12 @@ func (c *Node) DoEntry(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Req
 	if ent != nil {
 		ent.Got = false
 	}
-	if mc := pc.muxConn(req); mc != nil {
-		sent, err = mc.do(client, req, resp, maxHints, c.timeout, ent)
+	if mc := pc.muxConn(req.Header.IsGet() || req.Header.IsHead()); mc != nil {
+		mr := AcquireMuxRequest()
+		mr.b = appendRequest(mr.b, req, 0)
+		mr.head = req.Header.IsHead()
+		sent, err = mc.do(client, mr, resp, maxHints, c.timeout, ent)
+		ReleaseMuxRequest(mr)
 	}
 	if sent {
 		pc.viaMux.Inc()
@@ -83,6 +88,42 @@ func (c *Node) DoEntry(client *fasthttp.RequestCtx, f Forward, req *fasthttp.Req
 		err = pc.hc.DoDeadline(req, resp, time.Now().Add(c.timeout))
 		httpx.EndHints(req, tok)
 	}
+	return c.conclude(f, resp, err, ent)
+}
+
+// UseMux reports whether a request with this method to f's owner goes
+// over a multiplexed connection (the transport is on, the method is GET
+// or HEAD and the peer has one open): the caller then encodes it as a
+// MuxRequest and sends it with DoMux, else it builds a fasthttp.Request
+// for DoEntry.
+func (f *Forward) UseMux(method []byte) bool {
+	f.mc = f.pc.muxConn(string(method) == fasthttp.MethodGet || string(method) == fasthttp.MethodHead)
+	return f.mc != nil
+}
+
+// DoMux is DoEntry for a request encoded as mr, sent over the
+// connection UseMux found. sent is false when the request was not sent
+// (the connection filled up, closed or is closing; nothing counted): the
+// caller then sends it with DoEntry.
+func (c *Node) DoMux(client *fasthttp.RequestCtx, f Forward, mr *MuxRequest, maxHints int, ent *EntryAnswer) (resp *fasthttp.Response, ok, sent bool) {
+	resp = fasthttp.AcquireResponse()
+	if ent != nil {
+		ent.Got = false
+	}
+	sent, err := f.mc.do(client, mr, resp, maxHints, c.timeout, ent)
+	if !sent {
+		fasthttp.ReleaseResponse(resp)
+		return nil, false, false
+	}
+	f.pc.viaMux.Inc()
+	resp, ok = c.conclude(f, resp, err, ent)
+	return resp, ok, true
+}
+
+// conclude gives f's owner's breaker and counters the outcome of a
+// forward (err, resp) and returns the answer DoEntry returns.
+func (c *Node) conclude(f Forward, resp *fasthttp.Response, err error, ent *EntryAnswer) (*fasthttp.Response, bool) {
+	pc := f.pc
 	outcome := breaker.Success
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		outcome = breaker.Ignored // a large object, served locally; the peer is fine
@@ -138,14 +179,15 @@ func (c *Node) EntryChecked(f Forward, ok bool) {
 	c.logger.Debug("peer entry answer failed its check, serving locally", "peer", pc.id)
 }
 
-// muxConn returns the multiplexed connection req goes over, nil when it
-// goes over HTTP: the transport is off, the method is not GET or HEAD,
-// or the peer has no connection open (yet, or it does not speak it).
-func (pc *Peer) muxConn(req *fasthttp.Request) *muxConn {
-	if pc.mux == nil || !(req.Header.IsGet() || req.Header.IsHead()) {
+// muxConn returns the multiplexed connection a request goes over, nil
+// when it goes over HTTP: the transport is off, the method is not GET or
+// HEAD (getOrHead false), or the peer has no connection open (yet, or it
+// does not speak it).
+func (pc *Peer) muxConn(getOrHead bool) *muxConn {
+	if pc.mux == nil || !getOrHead {
 		return nil
 	}
-	return pc.mux.conn(time.Now().UnixNano())
+	return pc.mux.conn()
 }
 
 // RelayPeerHead copies an owner's answer head and appends this node's
@@ -197,7 +239,7 @@ func (c *Node) ReadThrough(pc *Peer, req *fasthttp.Request, tid []byte, resp *fa
 	pr := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(pr)
 	req.CopyTo(pr)
-	c.setPeerAuth(&pr.Header, c.m.View().Current.Generation())
+	c.setPeerAuth(HTTPHead(&pr.Header), c.m.View().Current.Generation())
 	pr.Header.SetBytesKV(HTenant, tid)
 	pr.Header.SetBytesKV(HReadThrough, []byte("1"))
 	// A short bound: the previous owner answers from memory or not at all.

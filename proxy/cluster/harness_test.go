@@ -427,7 +427,7 @@ func (n *testNode) forward(t *testing.T, owner, uri string) (*fasthttp.Response,
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(uri)
 	req.Header.SetHost("example.test")
-	n.node.SetForwardHead(&req.Header, n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+	n.node.SetForwardHead(HTTPHead(&req.Header), n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
 	req.Header.SetBytesKV(HForwarded, valueOne)
 	var client fasthttp.RequestCtx
 	return n.node.Do(&client, fw, req, 0)

@@ -170,17 +170,90 @@ func nextField(b []byte) (field, rest []byte, err error) {
 // appendRequest appends the payload of req's frame: flags, method,
 // request URI and every header field but Shield-Auth.
 func appendRequest(dst []byte, req *fasthttp.Request, flags byte) []byte {
-	dst = append(dst, flags)
-	dst = appendField(dst, req.Header.Method())
-	dst = appendField(dst, req.Header.RequestURI())
+	var r MuxRequest
+	r.b = dst
+	r.start(flags, req.Header.Method(), req.Header.RequestURI())
 	for k, v := range req.Header.All() {
-		if equalFold(k, hShieldAuth) {
-			continue // the connection's hello carried the secret
-		}
-		dst = appendField(dst, k)
-		dst = appendField(dst, v)
+		r.add(k, v)
 	}
-	return dst
+	return r.b
+}
+
+// MuxRequest is a forwarded request encoded as a mux request frame's
+// payload while the edge builds it — Start, then its fields through
+// Head (the peer protocol's with SetForwardHead) — and sent by DoMux,
+// with no fasthttp.Request in between. Acquire one with
+// AcquireMuxRequest; its buffer is kept for the next request.
+type MuxRequest struct {
+	b    []byte
+	head bool // a HEAD request
+}
+
+var muxRequestPool = sync.Pool{New: func() any { return new(MuxRequest) }}
+
+// AcquireMuxRequest returns an empty MuxRequest from a pool.
+func AcquireMuxRequest() *MuxRequest { return muxRequestPool.Get().(*MuxRequest) }
+
+// ReleaseMuxRequest returns r to the pool.
+func ReleaseMuxRequest(r *MuxRequest) {
+	r.b, r.head = r.b[:0], false
+	muxRequestPool.Put(r)
+}
+
+// Start begins the request: its method and request URI.
+func (r *MuxRequest) Start(method, uri []byte) { r.start(0, method, uri) }
+
+// start begins the payload with flags (DoMux sets them when it sends).
+func (r *MuxRequest) start(flags byte, method, uri []byte) {
+	r.b = append(r.b[:0], flags)
+	r.b = appendField(r.b, method)
+	r.b = appendField(r.b, uri)
+	r.head = string(method) == fasthttp.MethodHead
+}
+
+// add appends a header field; Shield-Auth is dropped (the connection's
+// hello carried the secret).
+func (r *MuxRequest) add(k, v []byte) {
+	if equalFold(k, hShieldAuth) {
+		return
+	}
+	r.b = appendField(appendField(r.b, k), v)
+}
+
+// Head is where the request's header fields go.
+func (r *MuxRequest) Head() ReqHead { return ReqHead{m: r} }
+
+// ReqHead is a forwarded request's head being built: a fasthttp
+// request header (HTTPHead) or a mux request frame (MuxRequest.Head).
+// The peer protocol's fields are set through it in one place
+// (SetForwardHead, setPeerAuth) whichever the transport.
+type ReqHead struct {
+	h *fasthttp.RequestHeader
+	m *MuxRequest
+}
+
+// HTTPHead is h as a ReqHead.
+func HTTPHead(h *fasthttp.RequestHeader) ReqHead { return ReqHead{h: h} }
+
+// Add adds a field k (any case) with value v.
+func (d ReqHead) Add(k, v []byte) {
+	if d.m != nil {
+		d.m.add(k, v)
+		return
+	}
+	d.h.AddBytesKV(k, v)
+}
+
+// SetCanonical sets field k (canonical case) to v, replacing one there
+// is in an HTTP header; a mux request's fields are only ever added, so a
+// field set there must not have been added before (the edge drops the
+// client's fields it sets).
+func (d ReqHead) SetCanonical(k, v []byte) {
+	if d.m != nil {
+		d.m.add(k, v)
+		return
+	}
+	d.h.SetCanonical(k, v)
 }
 
 // decodeRequest sets req (reset) from a request frame's payload.

@@ -58,7 +58,7 @@ func benchForward(b *testing.B, edge *Node) {
 	req := fasthttp.AcquireRequest()
 	req.SetRequestURI("/bench")
 	req.Header.SetHost("example.test")
-	edge.SetForwardHead(&req.Header, edge.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+	edge.SetForwardHead(HTTPHead(&req.Header), edge.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
 	resp, ok := edge.Do(nil, fw, req, 0)
 	fasthttp.ReleaseRequest(req)
 	if !ok {

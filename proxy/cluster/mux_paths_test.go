@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,7 @@ func (n *testNode) forwardTo(t *testing.T, owner, uri string, client *fasthttp.R
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(uri)
 	req.Header.SetHost("example.test")
-	n.node.SetForwardHead(&req.Header, n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+	n.node.SetForwardHead(HTTPHead(&req.Header), n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
 	return n.node.Do(client, fw, req, maxHints)
 }
 
@@ -385,7 +386,7 @@ func openMux(t *testing.T, n *testNode, owner string) *muxConn {
 	m := n.node.Peer(owner).mux
 	var mc *muxConn
 	waitUntil(t, "a mux connection to "+owner, func() bool {
-		mc = m.conn(time.Now().UnixNano())
+		mc = m.conn()
 		return mc != nil
 	})
 	return mc
@@ -489,12 +490,12 @@ func TestMuxGoAwayUnread(t *testing.T) {
 		t.Error("the connection is still used after the goodbye")
 	}
 	// A request on it now is not sent: the caller goes over HTTP.
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	req.SetRequestURI("/late")
+	mr := AcquireMuxRequest()
+	defer ReleaseMuxRequest(mr)
+	mr.Start([]byte("GET"), []byte("/late"))
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseResponse(resp)
-	if sent, err := mc.do(nil, req, resp, 0, time.Second, nil); sent || err != nil {
+	if sent, err := mc.do(nil, mr, resp, 0, time.Second, nil); sent || err != nil {
 		t.Errorf("after the goodbye: sent %v, %v", sent, err)
 	}
 }
@@ -526,5 +527,72 @@ func TestMuxOwnerInflightLimit(t *testing.T) {
 	unblock()
 	if got := <-first; got != "over mux" {
 		t.Errorf("first: %q", got)
+	}
+}
+
+// TestMuxRequestAsBuilt: a request encoded as the edge builds it
+// (MuxRequest, its fields and SetForwardHead through ReqHead) reaches the
+// owner over the multiplexed connection with every field set — the
+// client's and the peer protocol's, the generation accepted, no secret
+// per request — and a HEAD's answer keeps its Content-Length without a
+// body.
+func TestMuxRequestAsBuilt(t *testing.T) {
+	var httpSeen atomic.Int64
+	s := muxSetup(&httpSeen, nil)
+	var seenAuth, seenCustom, seenGen atomic.Value
+	s.local = func(l *fakeLocal) {
+		l.before = func(ctx *fasthttp.RequestCtx) {
+			seenAuth.Store(string(ctx.Request.Header.PeekBytes(hShieldAuth)))
+			seenCustom.Store(string(ctx.Request.Header.Peek("X-Custom")))
+			seenGen.Store(string(ctx.Request.Header.PeekBytes(hShieldGeneration)))
+		}
+	}
+	h := newHarness(t, s, "a", "b")
+	a, b := h.node("a"), h.node("b")
+	a.waitMux(t, "b")
+	before := httpSeen.Load()
+	for _, method := range []string{"GET", "HEAD"} {
+		fw, ok := a.node.Begin("b", time.Now().UnixNano())
+		if !ok || !fw.UseMux([]byte(method)) {
+			t.Fatalf("%s: no mux connection to b", method)
+		}
+		mr := AcquireMuxRequest()
+		mr.Start([]byte(method), []byte("/built?x=1"))
+		mr.Head().Add([]byte("Host"), []byte("example.test"))
+		mr.Head().Add([]byte("X-Custom"), []byte("v1"))
+		gen := a.m.View().Current.Generation()
+		a.node.SetForwardHead(mr.Head(), gen, []byte("acme"), []byte("192.0.2.7"))
+		resp, ok, sent := a.node.DoMux(nil, fw, mr, 0, nil)
+		ReleaseMuxRequest(mr)
+		if !sent || !ok {
+			t.Fatalf("%s: sent %v ok %v", method, sent, ok)
+		}
+		want := "served by b /built?x=1"
+		if method == "HEAD" {
+			if len(resp.Body()) != 0 || !resp.SkipBody || resp.Header.ContentLength() != len(want) {
+				t.Errorf("HEAD: body %q, skip %v, Content-Length %d, want none, true, %d", resp.Body(), resp.SkipBody, resp.Header.ContentLength(), len(want))
+			}
+		} else if resp.StatusCode() != 200 || string(resp.Body()) != want {
+			t.Errorf("GET: %d %q", resp.StatusCode(), resp.Body())
+		}
+		fasthttp.ReleaseResponse(resp)
+		if got := seenAuth.Load(); got != "" {
+			t.Errorf("%s: the owner saw Shield-Auth %q on the request, want none (the hello carries it)", method, got)
+		}
+		if got := seenCustom.Load(); got != "v1" {
+			t.Errorf("%s: X-Custom = %q", method, got)
+		}
+		if got := seenGen.Load(); got != strconv.FormatUint(gen, 10) {
+			t.Errorf("%s: Shield-Generation = %q, want %d", method, got, gen)
+		}
+		b.local.mu.Lock()
+		last := b.local.headers[len(b.local.headers)-1]
+		b.local.mu.Unlock()
+		if last.tenant != "acme" || last.clientIP != "192.0.2.7" {
+			t.Errorf("%s: owner saw %+v", method, last)
+		}
+	}
+	if n := httpSeen.Load() - before; n != 0 {
+		t.Errorf("%d requests went over HTTP", n)
 	}
 }

@@ -565,7 +565,7 @@ func FuzzMuxFrame(f *testing.F) {
 					// What an edge does with one: a copy, then a check.
 					ent := EntryAnswer{Want: true}
 					var mc muxConn
-					if err := mc.finish(nil, muxMsg{typ: frameEntry, payload: buf}, nil, nil, &ent); err != nil || !ent.Got || !bytes.Equal(ent.Buf, entry) {
+					if err := mc.finish(nil, muxMsg{typ: frameEntry, payload: buf}, false, nil, &ent); err != nil || !ent.Got || !bytes.Equal(ent.Buf, entry) {
 						t.Fatalf("entry answer: %v %v", err, ent.Got)
 					}
 				}

@@ -59,10 +59,11 @@ func newMuxClient(c *Node, addr string, dial func(addr string) (net.Conn, error)
 // conn returns the connection to send on, nil when there is none yet
 // (one is dialled in the background) or the peer does not speak the
 // transport.
-func (m *muxClient) conn(now int64) *muxConn {
+func (m *muxClient) conn() *muxConn {
 	if mc := m.cur.Load(); mc != nil && !mc.closed.Load() {
 		return mc
 	}
+	now := time.Now().UnixNano()
 	m.mu.Lock()
 	if !m.dialing && now >= m.notBefore && (m.c.env.Ctx == nil || m.c.env.Ctx.Err() == nil) {
 		m.dialing = true
@@ -387,11 +388,11 @@ func (mc *muxConn) expire(now int64) {
 	mc.mu.Unlock()
 }
 
-// do sends req over the connection and waits for the answer, at most
-// timeout, relaying the owner's 103 Early Hints to client (at most
-// maxHints). sent is false when the request was not sent (the
-// connection is full or closed): the caller sends it over HTTP.
-func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *fasthttp.Response, maxHints int, timeout time.Duration, ent *EntryAnswer) (sent bool, err error) {
+// do sends the request mr encodes over the connection and waits for the
+// answer, at most timeout, relaying the owner's 103 Early Hints to
+// client (at most maxHints). sent is false when the request was not sent
+// (the connection is full or closed): the caller sends it over HTTP.
+func (mc *muxConn) do(client *fasthttp.RequestCtx, mr *MuxRequest, resp *fasthttp.Response, maxHints int, timeout time.Duration, ent *EntryAnswer) (sent bool, err error) {
 	var flags byte
 	if client != nil && maxHints > 0 && client.Request.Header.IsHTTP11() {
 		flags |= reqFlagHints
@@ -419,9 +420,9 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 	mc.pending[call.id] = call
 	mc.mu.Unlock()
 	start := len(q)
-	q = appendFrameHeader(q, frameRequest, call.id, 0)
-	q = appendRequest(q, req, flags)
-	binary.BigEndian.PutUint32(q[start+5:start+9], uint32(len(q)-start-frameHeaderLen))
+	q = appendFrameHeader(q, frameRequest, call.id, uint32(len(mr.b)))
+	q = append(q, mr.b...)
+	q[start+frameHeaderLen] = flags
 	mc.w.end(q)
 
 	hints := 0
@@ -446,7 +447,7 @@ func (mc *muxConn) do(client *fasthttp.RequestCtx, req *fasthttp.Request, resp *
 			}
 			return true, errMuxTimeout
 		}
-		err = mc.finish(call, m, req, resp, ent)
+		err = mc.finish(call, m, mr.head, resp, ent)
 		releaseCall(call)
 		return true, err
 	}
@@ -461,7 +462,7 @@ func releaseCall(call *muxCall) {
 
 // finish turns the owner's final message into resp, or an entry
 // answer into ent.
-func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *fasthttp.Response, ent *EntryAnswer) error {
+func (mc *muxConn) finish(call *muxCall, m muxMsg, isHead bool, resp *fasthttp.Response, ent *EntryAnswer) error {
 	if m.err != nil {
 		return m.err
 	}
@@ -490,7 +491,7 @@ func (mc *muxConn) finish(call *muxCall, m muxMsg, req *fasthttp.Request, resp *
 	if err != nil {
 		return fmt.Errorf("cluster: mux answer: %w", err)
 	}
-	if req.Header.IsHead() {
+	if isHead {
 		resp.SkipBody = true
 		return nil
 	}

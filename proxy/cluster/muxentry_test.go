@@ -19,7 +19,7 @@ func (n *testNode) forwardEntry(t *testing.T, owner, uri string, ent *EntryAnswe
 	defer fasthttp.ReleaseRequest(req)
 	req.SetRequestURI(uri)
 	req.Header.SetHost("example.test")
-	n.node.SetForwardHead(&req.Header, n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+	n.node.SetForwardHead(HTTPHead(&req.Header), n.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
 	return n.node.DoEntry(nil, fw, req, 0, ent)
 }
 
@@ -95,7 +95,7 @@ func TestEntryVerdictTripsBreaker(t *testing.T) {
 		defer fasthttp.ReleaseRequest(req)
 		req.SetRequestURI("/entry")
 		req.Header.SetHost("example.test")
-		a.node.SetForwardHead(&req.Header, a.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
+		a.node.SetForwardHead(HTTPHead(&req.Header), a.m.View().Current.Generation(), []byte("acme"), []byte("192.0.2.1"))
 		ent := &EntryAnswer{Want: true}
 		resp, got := a.node.DoEntry(nil, fw, req, 0, ent)
 		if !got || !ent.Got {

@@ -542,8 +542,7 @@ func (c *Node) serveMuxRequest(ctx *fasthttp.RequestCtx, inline bool) bool {
 		return true
 	}
 	v := c.m.View()
-	gen, err := strconv.ParseUint(string(ctx.Request.Header.PeekBytes(hShieldGeneration)), 10, 64)
-	if err != nil || !v.Accepts(gen, ctx.Time()) {
+	if !c.acceptsGeneration(v, ctx.Request.Header.PeekBytes(hShieldGeneration), ctx.Time()) {
 		c.misdirected.Inc()
 		ctx.SetStatusCode(fasthttp.StatusMisdirectedRequest)
 		var num [20]byte
