@@ -71,7 +71,7 @@ var metricHelp = map[string][2]string{
 	"shield_origin_fetch_duration_seconds":         {"histogram", "Origin fetch latency to the response head, by origin."},
 	"shield_origin_in_flight":                      {"gauge", "Origin fetches in flight, by origin."},
 	"shield_origin_budget_rejections_total":        {"counter", "Origin fetches refused by the origin budget, by origin and reason (concurrency, rate, origin_share, shed, queue_timeout)."},
-	"shield_eager_refreshes_total":                 {"counter", "Background refreshes started by cache.eager_refresh (a hit past that point of its entry's lifetime), by route."},
+	"shield_eager_refreshes_total":                 {"counter", "Background refreshes started by cache.eager_refresh (a hit past that point of its entry's lifetime), by route. A refresh that finds the key already refreshed by another fetch asks the origin nothing but is counted."},
 	"shield_usage_fail_mode":                       {"gauge", "1 while some cluster member's usage reports are missing and this node enforces the fleet limiter's bounded local allowance (docs/configuration.md, cluster.usage_interval), else 0."},
 	"shield_usage_fail_mode_entered_total":         {"counter", "Times the fleet limiter entered its fail mode (a member not heard from within 3 usage intervals)."},
 	"shield_shed_total":                            {"counter", "Requests whose origin fetch the origin budget refused, by route, route priority and reason (the Cache-Status detail: budget, origin-share, shed, queue-timeout)."},

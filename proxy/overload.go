@@ -24,7 +24,10 @@ type overload struct {
 	// eagerRefresh is cache.eager_refresh: the fraction of an entry's
 	// lifetime from which a hit starts a background refresh (0: off).
 	eagerRefresh float64
-	// eagerRefreshes counts the refreshes eager_refresh started.
+	// eagerRefreshes counts the refreshes eager_refresh started, counted
+	// when started: one that finds the key refreshed meanwhile
+	// (refreshedMeanwhile) or another fetch leading asks the origin
+	// nothing, so the count may exceed the origin requests it caused.
 	eagerRefreshes *metrics.Counter
 	// shed counts the route's origin budget refusals by detail
 	// (shield_shed_total{route,priority,reason}).
