@@ -66,10 +66,16 @@ cluster:
 
 	// run offers rates[i] requests per second to node i for d, open loop
 	// (each request at its scheduled time, whatever earlier ones do), and
-	// returns the admitted (200) count per node per second.
+	// returns the admitted (200) count per node per second. late records
+	// how far behind its schedule the sender fell in each second: a
+	// starved test process sends a second's requests in one burst, which
+	// the bucket rightly refuses, so a failure names it.
+	late := make([]time.Duration, 10)
+	var lateMu sync.Mutex
 	run := func(name string, rates [3]float64, d time.Duration) [][3]int {
 		secs := int(d / time.Second)
 		admitted := make([][3]atomic.Int64, secs)
+		clear(late)
 		var other atomic.Int64
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -88,6 +94,11 @@ cluster:
 					}
 					time.Sleep(time.Until(at))
 					sec := int(at.Sub(start) / time.Second)
+					if behind := time.Since(at); sec < len(late) {
+						lateMu.Lock()
+						late[sec] = max(late[sec], behind)
+						lateMu.Unlock()
+					}
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
@@ -139,7 +150,8 @@ cluster:
 		got := sum(per, 3, 8, 0, 1, 2)
 		t.Logf("%s: admitted %d in the 5 s after 3 s of convergence (%.1f/s); per second %v", sh.name, got, float64(got)/5, per)
 		if got < 450 || got > 550 {
-			t.Errorf("%s: fleet admitted %d in 5 s, want 500 ± 10 %% (per second %v); exchange state: %s", sh.name, got, per, usageMetrics(client, nodes[0].admin))
+			t.Errorf("%s: fleet admitted %d in 5 s, want 500 ± 10 %% (per second %v; the sender's worst lateness per second %v); exchange state: %s",
+				sh.name, got, per, late[:len(per)], usageMetrics(client, nodes[0].admin))
 		}
 	}
 
@@ -157,7 +169,8 @@ cluster:
 		t.Errorf("n3 stopped: n1+n2 admitted %d in 5 s, more than the rate allows (500); per second %v", worst, per)
 	}
 	if last < 270 {
-		t.Errorf("n3 stopped: n1+n2 admitted only %d in the last 5 s, want about %d (the 2/3 not reserved for n3)", last, 333)
+		t.Errorf("n3 stopped: n1+n2 admitted only %d in the last 5 s, want about %d (the 2/3 not reserved for n3); per second %v; the sender's worst lateness per second %v",
+			last, 333, per, late[:len(per)])
 	}
 	procs[2].signal(t, syscall.SIGCONT)
 	stopped = false
