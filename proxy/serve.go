@@ -211,7 +211,7 @@ func (p *Proxy) serveRequestAt(ctx *fasthttp.RequestCtx, fromPeer, inline bool, 
 		return false
 	}
 	rte.m.requests[res].Inc()
-	rte.m.duration.UpdateDuration(ctx.Time())
+	rte.m.duration.observe(ctx.ConnID(), time.Since(ctx.Time()))
 	if rt.accessEvery > 0 && p.requests.Add(1)%rt.accessEvery == 0 {
 		p.accessLog(ctx, rte, t, res, fromPeer)
 	}
