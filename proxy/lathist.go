@@ -104,3 +104,47 @@ func (h *latencyHist) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "%s_count{%s} %d\n", h.name, h.labels, cum)
 }
+
+// resultCounts is shield_requests_total for one route, by result,
+// striped like latencyHist for the same reason: a metrics.Counter is one
+// atomic add every request of every core makes to the same cache line.
+// A scrape writes each result's line as metrics.Counter writes it.
+type resultCounts struct {
+	names   [numResults]string // full series names, labels included
+	stripes [latStripes]resultStripe
+}
+
+// resultStripe is one stripe of resultCounts, 128 bytes: the counts are
+// at least 48 bytes from another stripe's.
+type resultStripe struct {
+	n [numResults]atomic.Uint64
+	_ [128 - 8*numResults]byte
+}
+
+func newResultCounts(route string) *resultCounts {
+	c := &resultCounts{}
+	for i := range c.names {
+		c.names[i] = `shield_requests_total{route="` + route + `",cache="` + resultLabels[i] + `"}`
+	}
+	return c
+}
+
+// inc counts one request answered as r on connection conn.
+func (c *resultCounts) inc(conn uint64, r result) {
+	c.stripes[conn&(latStripes-1)].n[r].Add(1)
+}
+
+// get is the count of r.
+func (c *resultCounts) get(r result) uint64 {
+	var n uint64
+	for i := range c.stripes {
+		n += c.stripes[i].n[r].Load()
+	}
+	return n
+}
+
+func (c *resultCounts) write(w io.Writer) {
+	for r, name := range c.names {
+		fmt.Fprintf(w, "%s %d\n", name, c.get(result(r)))
+	}
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,5 +88,28 @@ func TestLatencyHistConcurrent(t *testing.T) {
 		if !strings.Contains(b.String(), want+"\n") {
 			t.Errorf("missing %q in\n%s", want, &b)
 		}
+	}
+}
+
+// TestResultCountsMatchCounters: resultCounts writes the lines one
+// metrics.Counter per result writes, counts from any connection added up.
+func TestResultCountsMatchCounters(t *testing.T) {
+	s := metrics.NewSet()
+	c := newResultCounts("r")
+	for r := range numResults {
+		ref := s.NewCounter(`shield_requests_total{route="r",cache="` + resultLabels[r] + `"}`)
+		for i := range int(r) * 3 {
+			ref.Inc()
+			c.inc(uint64(i*7), r)
+		}
+	}
+	var want, got bytes.Buffer
+	s.WritePrometheus(&want)
+	c.write(&got)
+	wl, gl := strings.Split(want.String(), "\n"), strings.Split(got.String(), "\n")
+	slices.Sort(wl)
+	slices.Sort(gl)
+	if !slices.Equal(wl, gl) {
+		t.Errorf("got\n%s\nwant\n%s", &got, &want)
 	}
 }

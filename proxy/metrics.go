@@ -155,7 +155,7 @@ func writeCacheStats(w io.Writer, c *fastcache.Cache) {
 
 // routeMetrics are one route's handles.
 type routeMetrics struct {
-	requests [numResults]*metrics.Counter
+	requests *resultCounts // shield_requests_total (lathist.go)
 	stale    [numStaleReasons]*metrics.Counter
 	duration *latencyHist // shield_request_duration_seconds (lathist.go)
 	stored   *metrics.Counter
@@ -165,13 +165,12 @@ func newRouteMetrics(s *metrics.Set, route string) *routeMetrics {
 	m := &routeMetrics{
 		duration: newLatencyHist(`shield_request_duration_seconds`, `route="`+route+`"`, durationBuckets),
 		stored:   s.NewCounter(`shield_cache_stored_total{route="` + route + `"}`),
-	}
-	for i := range m.requests {
-		m.requests[i] = s.NewCounter(`shield_requests_total{route="` + route + `",cache="` + resultLabels[i] + `"}`)
+		requests: newResultCounts(route),
 	}
 	for i := range m.stale {
 		m.stale[i] = s.NewCounter(`shield_stale_served_total{route="` + route + `",reason="` + staleLabels[i] + `"}`)
 	}
+	s.RegisterMetricsWriter(m.requests.write)
 	s.RegisterMetricsWriter(m.duration.write)
 	return m
 }
