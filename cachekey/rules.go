@@ -128,17 +128,58 @@ func isToken(s string) bool {
 // request path checks every request field name with it, and the cache
 // every field name of a head it prepares: one table for the grammar,
 // in the package both already import.
+//
+// Eight bytes at a time, without a branch per byte: the table's answers
+// for a name's bytes are and-ed eight (or, for 4 to 7 bytes, twice four,
+// overlapping) at once. TestIsTokenAgreesWithTable and FuzzIsToken check
+// it answers as the byte-by-byte loop over the table.
 func IsToken(b []byte) bool {
-	if len(b) == 0 {
+	n := len(b)
+	switch {
+	case n == 0:
 		return false
+	case n < 4:
+		for _, c := range b {
+			if tokenTab[c] == 0 {
+				return false
+			}
+		}
+		return true
+	case n < 8:
+		return token4(b[:4])&token4(b[n-4:]) != 0
 	}
-	for _, c := range b {
-		if !tokenChars[c] {
+	for i := 0; n-i > 8; i += 8 {
+		if token8(b[i:i+8]) == 0 {
 			return false
 		}
 	}
-	return true
+	// The last 1..8 bytes, read as the 8 ending the name (the ones
+	// before them in it are checked already).
+	return token8(b[n-8:]) != 0
 }
+
+// token4 is 1 when the 4 bytes of w are all tchar, else 0.
+func token4(w []byte) uint8 {
+	_ = w[3]
+	return tokenTab[w[0]] & tokenTab[w[1]] & tokenTab[w[2]] & tokenTab[w[3]]
+}
+
+// token8 is 1 when the 8 bytes of w are all tchar, else 0.
+func token8(w []byte) uint8 {
+	_ = w[7]
+	return tokenTab[w[0]] & tokenTab[w[1]] & tokenTab[w[2]] & tokenTab[w[3]] &
+		tokenTab[w[4]] & tokenTab[w[5]] & tokenTab[w[6]] & tokenTab[w[7]]
+}
+
+// tokenTab is tokenChars as 1 and 0, for and-ing.
+var tokenTab = func() (t [256]uint8) {
+	for c, ok := range tokenChars {
+		if ok {
+			t[c] = 1
+		}
+	}
+	return t
+}()
 
 // tokenChars marks tchar: ALPHA, DIGIT and "!#$%&'*+-.^_`|~".
 var tokenChars = func() (t [256]bool) {

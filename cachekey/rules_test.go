@@ -79,3 +79,56 @@ func TestNilRules(t *testing.T) {
 		t.Errorf("Append(nil rules) = %x, want %x (empty rules)", got, want)
 	}
 }
+
+// isTokenTable is IsToken as it was: the table, byte by byte.
+func isTokenTable(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !tokenChars[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestIsTokenAgreesWithTable: IsToken's word-at-a-time fast path
+// answers as the table does for every byte value at every position of
+// names of 1 to 24 bytes (each built on a name of letters, digits and
+// '-', the fast path's case), and for all two-byte names.
+func TestIsTokenAgreesWithTable(t *testing.T) {
+	const base = "Accept-Encoding-X-Foo-9z"
+	for n := 1; n <= len(base); n++ {
+		for i := 0; i < n; i++ {
+			for c := 0; c < 256; c++ {
+				b := []byte(base[:n])
+				b[i] = byte(c)
+				if got, want := IsToken(b), isTokenTable(b); got != want {
+					t.Fatalf("IsToken(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+	for c := 0; c < 1<<16; c++ {
+		b := []byte{byte(c), byte(c >> 8)}
+		if got, want := IsToken(b), isTokenTable(b); got != want {
+			t.Fatalf("IsToken(%q) = %v, want %v", b, got, want)
+		}
+	}
+	if IsToken(nil) || IsToken([]byte{}) {
+		t.Fatal("the empty name is a token")
+	}
+}
+
+// FuzzIsToken: IsToken agrees with the table on any input.
+func FuzzIsToken(f *testing.F) {
+	for _, s := range []string{"", "Host", "Accept-Encoding", "X-A\r\n", "Content Length", "a\x10b-cdefgh", "abcdefgh\x0d", "~!#$%&'*+-.^_`|"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if got, want := IsToken(b), isTokenTable(b); got != want {
+			t.Fatalf("IsToken(%q) = %v, want %v", b, got, want)
+		}
+	})
+}

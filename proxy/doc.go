@@ -58,7 +58,7 @@
 //	purge.go             purge by URL (hard, soft) and by namespace (applied through proxy/cache)
 //	handoff.go           hand-off entries: the ones handed over, the ones taken
 //	status.go            the admin status page's data and event log
-//	metrics.go, metrics_help.go, metrics_runtime.go, admin.go
+//	metrics.go, lathist.go, metrics_help.go, metrics_runtime.go, admin.go
 //	                     Prometheus metrics and admin API
 //
 // Invariants:

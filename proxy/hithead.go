@@ -23,10 +23,14 @@ import (
 // fields (Age, Cache-Status) set in the slot once per second.
 //
 // A slot holds one parsed head and is reused in place, so that a hit
-// allocates nothing, whatever the working set: a slot held by another
-// hit (TryLock fails) is bypassed by parsing the entry's head straight
-// into the answer; a slot holding another head takes this one (parsed
-// into the answer, then copied into the slot). A slot answers only for
+// allocates nothing, whatever the working set. A hit that finds the slot
+// holding its head, stamped for this second, copies it under the read
+// lock: hits of one hot key on several cores copy it at once. Any other
+// hit takes the write lock to fill or stamp the slot: a slot held by
+// another hit (TryRLock or TryLock fails: hits never wait) is bypassed
+// by parsing the entry's head straight into the answer; a slot holding
+// another head takes this one (parsed into the answer, then copied into
+// the slot). A slot answers only for
 // the exact head bytes it was filled from, so a refreshed or purged
 // entry can never get an older head.
 //
@@ -39,7 +43,7 @@ import (
 const headSlots = 2048
 
 type headSlot struct {
-	mu  sync.Mutex
+	mu  sync.RWMutex
 	raw []byte // the entry head this slot holds parsed; nil: none
 	hdr fasthttp.ResponseHeader
 	// hdr also holds the per-hit fields of the last hit it served: a hot
@@ -72,6 +76,17 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age
 	// heads share one, but costs more than it saves; the comparison
 	// below is what makes a slot's head the entry's.
 	s := &hs.slots[e.KeyDigest%headSlots]
+	// Most hits find the slot holding this head stamped for this second:
+	// they only read it, many at once (CopyTo reads its source only).
+	if s.mu.TryRLock() {
+		if s.current(e.Head, age, ttl, csPrefix) {
+			s.hdr.CopyTo(&resp.Header)
+			sc.dated = s.dated
+			s.mu.RUnlock()
+			return true
+		}
+		s.mu.RUnlock()
+	}
 	if !s.mu.TryLock() {
 		if !sc.readHead(resp, e.Head) {
 			return false
@@ -90,13 +105,20 @@ func (hs *heads) write(resp *fasthttp.Response, sc *scratch, e *cache.Entry, age
 		s.raw, s.stamped = append(s.raw[:0], e.Head...), false
 		s.dated = len(s.hdr.PeekCanonical(httpx.HDate)) > 0
 	}
-	if !s.stamped || s.age != age || s.ttl != ttl || s.cs != &csPrefix[0] {
+	if !s.current(e.Head, age, ttl, csPrefix) {
 		stamp(&s.hdr, sc, age, ttl, csPrefix)
 		s.age, s.ttl, s.cs, s.stamped = age, ttl, &csPrefix[0], true
 	}
 	s.hdr.CopyTo(&resp.Header)
 	sc.dated = s.dated
 	return true
+}
+
+// current reports whether s holds head, stamped with age, ttl and
+// csPrefix (s.mu held, read or write).
+func (s *headSlot) current(head []byte, age, ttl int64, csPrefix []byte) bool {
+	return s.stamped && s.age == age && s.ttl == ttl && s.cs == &csPrefix[0] &&
+		len(s.raw) > 0 && bytes.Equal(s.raw, head)
 }
 
 // plainStatusLine drops a parsed status line's protocol and reason when

@@ -12,9 +12,10 @@ import (
 // prometheus/client_golang: its counters are a single atomic add with the
 // handle resolved once, so the hit path pays no label lookup and no
 // allocation; it writes the Prometheus text format and standard `le`
-// histograms (PrometheusHistogram). Every handle below is created when a
-// route or origin is built, never per request; label values come only from
-// configuration.
+// histograms (PrometheusHistogram; the per-request latency histogram is
+// shield's own lock-free latencyHist, lathist.go, written in the same
+// format). Every handle below is created when a route or origin is built,
+// never per request; label values come only from configuration.
 
 // result is how a request was answered, the `cache` label of
 // shield_requests_total.
@@ -154,23 +155,23 @@ func writeCacheStats(w io.Writer, c *fastcache.Cache) {
 
 // routeMetrics are one route's handles.
 type routeMetrics struct {
-	requests [numResults]*metrics.Counter
+	requests *resultCounts // shield_requests_total (lathist.go)
 	stale    [numStaleReasons]*metrics.Counter
-	duration *metrics.PrometheusHistogram
+	duration *latencyHist // shield_request_duration_seconds (lathist.go)
 	stored   *metrics.Counter
 }
 
 func newRouteMetrics(s *metrics.Set, route string) *routeMetrics {
 	m := &routeMetrics{
-		duration: s.NewPrometheusHistogramExt(`shield_request_duration_seconds{route="`+route+`"}`, durationBuckets),
+		duration: newLatencyHist(`shield_request_duration_seconds`, `route="`+route+`"`, durationBuckets),
 		stored:   s.NewCounter(`shield_cache_stored_total{route="` + route + `"}`),
-	}
-	for i := range m.requests {
-		m.requests[i] = s.NewCounter(`shield_requests_total{route="` + route + `",cache="` + resultLabels[i] + `"}`)
+		requests: newResultCounts(route),
 	}
 	for i := range m.stale {
 		m.stale[i] = s.NewCounter(`shield_stale_served_total{route="` + route + `",reason="` + staleLabels[i] + `"}`)
 	}
+	s.RegisterMetricsWriter(m.requests.write)
+	s.RegisterMetricsWriter(m.duration.write)
 	return m
 }
 

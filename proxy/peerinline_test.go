@@ -11,8 +11,8 @@ import (
 // requestsCounted sums the proxy's first route's request counters.
 func requestsCounted(p *Proxy) uint64 {
 	var n uint64
-	for _, c := range p.rt.Load().routes[0].m.requests {
-		n += c.Get()
+	for r := range numResults {
+		n += p.rt.Load().routes[0].m.requests.get(r)
 	}
 	return n
 }
@@ -27,16 +27,16 @@ func TestServePeerHit(t *testing.T) {
 	p := newTestProxy(t, o.addr(), nil)
 	serve(p, hitCtx(t))
 	l := peerLocal{p}
-	hits := p.rt.Load().routes[0].m.requests[resHit]
-	h0, n0, o0 := hits.Get(), requestsCounted(p), o.hits.Load()
+	hits := p.rt.Load().routes[0].m.requests
+	h0, n0, o0 := hits.get(resHit), requestsCounted(p), o.hits.Load()
 	ctx := hitCtx(t)
 	if !l.ServePeerHit(ctx) {
 		t.Fatal("a fresh hit was not served inline")
 	}
 	checkHit(t, ctx)
-	if hits.Get() != h0+1 || requestsCounted(p) != n0+1 || o.hits.Load() != o0 {
+	if hits.get(resHit) != h0+1 || requestsCounted(p) != n0+1 || o.hits.Load() != o0 {
 		t.Errorf("inline hit: %d hits, %d requests counted, %d origin requests; want 1, 1, 0",
-			hits.Get()-h0, requestsCounted(p)-n0, o.hits.Load()-o0)
+			hits.get(resHit)-h0, requestsCounted(p)-n0, o.hits.Load()-o0)
 	}
 	for name, req := range map[string]func() *fasthttp.RequestCtx{
 		"miss":              func() *fasthttp.RequestCtx { return get(t, "/cold") },

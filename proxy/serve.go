@@ -200,7 +200,7 @@ func (p *Proxy) serveRequestAt(ctx *fasthttp.RequestCtx, fromPeer, inline bool, 
 		if t != nil {
 			if reason, retryAfter := t.AdmitN(ctx.Time(), rte.cost); reason != admission.None {
 				reject(ctx, t, reason, retryAfter)
-				rte.m.requests[resRejected].Inc()
+				rte.m.requests.inc(ctx.ConnID(), resRejected)
 				return true
 			}
 			defer t.Done()
@@ -210,8 +210,8 @@ func (p *Proxy) serveRequestAt(ctx *fasthttp.RequestCtx, fromPeer, inline bool, 
 	if res == resDeferred {
 		return false
 	}
-	rte.m.requests[res].Inc()
-	rte.m.duration.UpdateDuration(ctx.Time())
+	rte.m.requests.inc(ctx.ConnID(), res)
+	rte.m.duration.observe(ctx.ConnID(), time.Since(ctx.Time()))
 	if rt.accessEvery > 0 && p.requests.Add(1)%rt.accessEvery == 0 {
 		p.accessLog(ctx, rte, t, res, fromPeer)
 	}

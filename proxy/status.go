@@ -104,8 +104,8 @@ func routeStatus(r *route) statuspage.Route {
 	m := r.m
 	rs := statuspage.Route{Name: r.name, Origin: r.origin.Name(), ByResult: map[string]uint64{}, Stale: map[string]uint64{}, Bypass: map[string]uint64{}}
 	var hits, cacheable uint64
-	for i, c := range m.requests {
-		n := c.Get()
+	for i := range numResults {
+		n := m.requests.get(i)
 		rs.ByResult[resultLabels[i]] = n
 		rs.Requests += n
 		switch result(i) {

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# bench/hit-ab.sh: two shield builds (A and B) and the bare origin on a
+# memory hit, interleaved on this machine, for changes to the hit path's
+# CPU (the 1 KiB hit row of make bench-peers: shield's CPU per request
+# against the bare fasthttp origin's).
+#
+#   bench/hit-ab.sh A_BINARY B_BINARY
+#
+# Starts bench/origin and shield A and B (bench/peers.sh's configuration:
+# 256 MiB memory, a 256 MiB disk tier in a tmpfs directory), warms PATH on
+# each and checks a second request no longer reaches the origin, then runs
+# wrk -t2 -c64 against origin, A, B, then origin, B, A, ... ROUNDS rounds and
+# prints, per target, the median req/s and the median over rounds of CPU
+# µs per request (utime+stime of the target's processes during its run,
+# from /proc, divided by its requests), and each shield's median ratio to
+# the origin's CPU per request in the same round. A shield run fails if
+# the origin saw a request meanwhile or wrk got a non-2xx answer.
+#
+# Env: ROUNDS (6), DURATION (4s), CONNS (64), THREADS (2),
+# PATH_1K ("/obj/1k?size=1024"), PORT_BASE (19740: uses PORT_BASE..+4).
+# Everything it starts is killed by PID on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -eq 2 ] || { echo "usage: $0 A_BINARY B_BINARY" >&2; exit 2; }
+binA=$1 binB=$2
+rounds=${ROUNDS:-6} duration=${DURATION:-4s} conns=${CONNS:-64} threads=${THREADS:-2}
+base=${PORT_BASE:-19740} path=${PATH_1K:-/obj/1k?size=1024}
+origin_port=$base
+
+log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "FAIL: $*"; exit 1; }
+command -v wrk >/dev/null || die "wrk missing"
+go build -o bin/bench-origin ./bench/origin
+
+tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-hitab.XXXXXX")
+declare -A pid=()
+tree() {
+	local p=$1 c
+	echo "$p"
+	for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
+}
+cleanup() {
+	local rc=$? all=() p
+	trap - EXIT INT TERM
+	for p in "${pid[@]}"; do all+=($(tree "$p")); done
+	for p in "${all[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for _ in $(seq 50); do
+		local alive=0
+		for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ $alive -eq 0 ] && break
+		sleep 0.1
+	done
+	for p in "${all[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+wait_http() { # url pid: an answer within 10s, from pid's server (not another's on the port)
+	for _ in $(seq 100); do
+		kill -0 "$2" 2>/dev/null || die "exited: the server for $1 (port taken?)"
+		curl -s -m 1 -o /dev/null "$1" && return 0
+		sleep 0.1
+	done
+	die "not up: $1"
+}
+
+bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
+pid[origin]=$!
+wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
+
+declare -A url=([origin]=http://127.0.0.1:$origin_port)
+targets=(origin)
+start_shield() { # name binary port
+	local name=$1 port=$3
+	mkdir -p "$tmp/$name"
+	cat >"$tmp/$name.yaml" <<YAML
+listen: 127.0.0.1:$port
+admin: { listen: 127.0.0.1:$((port + 1)) }
+log: { level: warn }
+cache:
+  size: 256MiB
+  max_object_size: 16MiB
+  path: $tmp/$name/snapshot
+  disk: { path: $tmp/$name/disk, size: 256MiB }
+origins:
+  bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
+routes:
+  - name: bench
+    hosts: ["*"]
+    path_prefix: /
+    origin: bench
+    cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
+YAML
+	"$2" -config "$tmp/$name.yaml" 2>"$tmp/$name.log" &
+	pid[$name]=$!
+	url[$name]=http://127.0.0.1:$port
+	targets+=("$name")
+	wait_http "http://127.0.0.1:$((port + 1))/readyz" "${pid[$name]}"
+}
+start_shield A "$binA" $((base + 1))
+start_shield B "$binB" $((base + 3))
+
+stats=http://127.0.0.1:$origin_port/__origin/stats
+origin_total() { curl -fsS -m 5 "$stats" | sed 's/.*"total":\([0-9]*\).*/\1/'; }
+clk=$(getconf CLK_TCK)
+cpu_ticks() {
+	local t=0 p
+	for p in $(tree "$1"); do
+		[ -r /proc/$p/stat ] || continue
+		t=$((t + $(sed 's/.*) //' /proc/$p/stat | awk '{print $12 + $13}')))
+	done
+	echo $t
+}
+
+for t in A B; do curl -fsS -m 10 -o /dev/null "${url[$t]}$path"; done
+before=$(origin_total)
+for t in A B; do curl -fsS -m 10 -o /dev/null "${url[$t]}$path"; done
+[ "$(origin_total)" = "$before" ] || die "a warm object reached the origin again: not cached"
+
+log "load average $(cut -d' ' -f1-3 /proc/loadavg), nproc $(nproc)"
+declare -A rps=() cpu=() ratio=()
+for r in $(seq "$rounds"); do
+	declare -A us=()
+	order=(origin A B)
+	[ $((r % 2)) -eq 0 ] && order=(origin B A) # neither build always runs right after the origin
+	for t in "${order[@]}"; do
+		o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
+		timeout 120 wrk -t"$threads" -c"$conns" -d"$duration" --timeout 5s "${url[$t]}$path" >"$tmp/wrk.out" ||
+			die "wrk failed on $t"
+		c1=$(cpu_ticks "${pid[$t]}") o1=$(origin_total)
+		[ "$t" = origin ] || [ "$o1" = "$o0" ] || die "$t: the origin saw $((o1 - o0)) requests during a hit run"
+		! grep -q Non-2xx "$tmp/wrk.out" || die "$t: $(grep Non-2xx "$tmp/wrk.out")"
+		n=$(awk '/requests in/ {print $1}' "$tmp/wrk.out")
+		v=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.out")
+		us[$t]=$(awk -v t="$((c1 - c0))" -v n="$n" -v k="$clk" 'BEGIN {printf "%.2f", t / k * 1e6 / n}')
+		rps[$t]+="$v " cpu[$t]+="${us[$t]} "
+		log "round $r $t: $v req/s, ${us[$t]} µs CPU/req"
+	done
+	for t in A B; do ratio[$t]+="$(awk -v a="${us[$t]}" -v o="${us[origin]}" 'BEGIN {printf "%.3f", a / o}') "; done
+done
+log "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+echo "| target | req/s (median) | CPU µs/req (median) | ÷ origin (median) | CPU µs/req per round |"
+echo "|---|---|---|---|---|"
+for t in "${targets[@]}"; do
+	rat=-
+	[ "$t" = origin ] || rat=$(median <<<"${ratio[$t]}")
+	echo "| $t | $(median <<<"${rps[$t]}") | $(median <<<"${cpu[$t]}") | $rat | ${cpu[$t]}|"
+done
