@@ -44,24 +44,12 @@ go build -o bin/bench-client ./bench/client
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-econ.XXXXXX")
 chmod 755 "$tmp"
 origin_pid="" run_pids=() watchdog=""
-tree() { local p=$1 c; echo "$p"; for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done; }
-stop() { # pids...: TERM their trees, wait up to 5s, KILL
-	local all=() p
-	for p in "$@"; do all+=($(tree "$p")); done
-	for p in "${all[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for _ in $(seq 50); do
-		local alive=0
-		for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive -eq 0 ] && break
-		sleep 0.1
-	done
-	for p in "${all[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-}
+. bench/procs.sh
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	[ -n "$watchdog" ] && kill $(tree "$watchdog") 2>/dev/null
-	stop "${run_pids[@]}" $origin_pid
+	stop_all "${run_pids[@]}" $origin_pid
 	wait 2>/dev/null || true
 	[ -n "${ECON_KEEP:-}" ] || rm -rf "$tmp"
 	exit $rc
@@ -71,7 +59,6 @@ trap 'exit 130' INT TERM
 (sleep "${MAX_SECONDS:-1500}"; log "watchdog: run took too long"; kill -TERM $$) 2>/dev/null &
 watchdog=$!
 die() { log "FAIL: $*"; for f in "$tmp"/*.log "$tmp"/*/error.log; do [ -s "$f" ] && { echo "--- tail $f" >&2; tail -5 "$f" >&2; }; done; exit 1; }
-wait_http() { for _ in $(seq 100); do curl -s -m 1 -o /dev/null "$1" && return 0; sleep 0.1; done; die "not up: $1"; }
 clk=$(getconf CLK_TCK)
 cpu_ticks() { local t=0 p q; for q in "$@"; do for p in $(tree "$q"); do
 	[ -r /proc/$p/stat ] && t=$((t + $(sed 's/.*) //' /proc/$p/stat | awk '{print $12 + $13}')))
@@ -160,7 +147,7 @@ for mem in $mems; do
 		line=$(bin/bench-client zipf "${zargs[@]}" -targets "$targets" -c "$conns" -stats "$stats" -max-errors "$tol" \
 			-prefix "/z/$sys-$mem-$started") || die "zipf on $sys: $line"
 		c1=$(cpu_ticks "${run_pids[@]}")
-		[ -n "${ECON_KEEP:-}" ] && for i in 1 2 3; do curl -s "http://127.0.0.1:$(node_port 2 $i)/metrics" >"$tmp/metrics$sys$i.txt" 2>/dev/null; done; stop "${run_pids[@]}"
+		[ -n "${ECON_KEEP:-}" ] && for i in 1 2 3; do curl -s "http://127.0.0.1:$(node_port 2 $i)/metrics" >"$tmp/metrics$sys$i.txt" 2>/dev/null; done; stop_all "${run_pids[@]}"
 		wait "${run_pids[@]}" 2>/dev/null || true
 		run_pids=()
 		log "$sys ${mem} MiB: $line"

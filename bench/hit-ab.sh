@@ -34,37 +34,17 @@ go build -o bin/bench-origin ./bench/origin
 
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-hitab.XXXXXX")
 declare -A pid=()
-tree() {
-	local p=$1 c
-	echo "$p"
-	for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
-}
+. bench/procs.sh
 cleanup() {
-	local rc=$? all=() p
+	local rc=$?
 	trap - EXIT INT TERM
-	for p in "${pid[@]}"; do all+=($(tree "$p")); done
-	for p in "${all[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for _ in $(seq 50); do
-		local alive=0
-		for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive -eq 0 ] && break
-		sleep 0.1
-	done
-	for p in "${all[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+	stop_all "${pid[@]}"
 	wait 2>/dev/null || true
 	rm -rf "$tmp"
 	exit $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-wait_http() { # url pid: an answer within 10s, from pid's server (not another's on the port)
-	for _ in $(seq 100); do
-		kill -0 "$2" 2>/dev/null || die "exited: the server for $1 (port taken?)"
-		curl -s -m 1 -o /dev/null "$1" && return 0
-		sleep 0.1
-	done
-	die "not up: $1"
-}
 
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
 pid[origin]=$!

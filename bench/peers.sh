@@ -106,25 +106,12 @@ chmod 755 "$tmp" # varnishd's child runs as an unprivileged user
 declare -A pid=()  # target -> main PID
 watchdog=""
 
-# tree prints pid and all its descendants.
-tree() {
-	local p=$1 c
-	echo "$p"
-	for c in $(pgrep -P "$p" 2>/dev/null); do tree "$c"; done
-}
+. bench/procs.sh
 cleanup() {
-	local rc=$? all=() p
+	local rc=$?
 	trap - EXIT INT TERM
 	[ -n "$watchdog" ] && kill $(tree "$watchdog") 2>/dev/null
-	for p in "${pid[@]}"; do all+=($(tree "$p")); done
-	for p in "${all[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for _ in $(seq 50); do
-		local alive=0
-		for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ $alive -eq 0 ] && break
-		sleep 0.1
-	done
-	for p in "${all[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+	stop_all "${pid[@]}"
 	wait 2>/dev/null || true
 	rm -rf "$tmp"
 	exit $rc
@@ -135,10 +122,6 @@ trap 'exit 130' INT TERM
 (sleep "${MAX_SECONDS:-2400}"; log "watchdog: run took too long"; kill -TERM $$) 2>/dev/null &
 watchdog=$!
 
-wait_http() { # url: any HTTP answer within 10s
-	for _ in $(seq 100); do curl -s -m 1 -o /dev/null "$1" && return 0; sleep 0.1; done
-	die "not up: $1"
-}
 
 # shield as the operator of a regional shield runs it: a 256 MiB memory
 # tier and a disk tier (entries from cache.disk's threshold up, one file

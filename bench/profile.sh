@@ -21,9 +21,11 @@ go build -o bin/bench-profile ./bench/profile
 
 tmp=$(mktemp -d)
 pids=()
+die() { echo "$*" >&2; exit 1; }
+. bench/procs.sh
 cleanup() {
 	trap - EXIT INT TERM
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	stop_all "${pids[@]}"
 	wait 2>/dev/null || true
 	rm -rf "$tmp"
 }
@@ -58,7 +60,6 @@ node_yaml() { # i
   peers:
 $peers"
 }
-wait_http() { for _ in $(seq 100); do curl -s -m 1 -o /dev/null "$1" && return 0; sleep 0.1; done; echo "not up: $1"; exit 1; }
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" & pids+=($!)
 if [ "$what" = fwd ]; then
 	node_yaml 1 >"$tmp/shield.yaml"
