@@ -44,7 +44,7 @@ go build -o bin/bench-client ./bench/client
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-econ.XXXXXX")
 chmod 755 "$tmp"
 origin_pid="" run_pids=() watchdog=""
-. bench/procs.sh
+. bench/lib.sh
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
@@ -60,9 +60,6 @@ trap 'exit 130' INT TERM
 watchdog=$!
 die() { log "FAIL: $*"; for f in "$tmp"/*.log "$tmp"/*/error.log; do [ -s "$f" ] && { echo "--- tail $f" >&2; tail -5 "$f" >&2; }; done; exit 1; }
 clk=$(getconf CLK_TCK)
-cpu_ticks() { local t=0 p q; for q in "$@"; do for p in $(tree "$q"); do
-	[ -r /proc/$p/stat ] && t=$((t + $(sed 's/.*) //' /proc/$p/stat | awk '{print $12 + $13}')))
-done; done; echo $t; }
 
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
 origin_pid=$!

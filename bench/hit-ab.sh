@@ -34,16 +34,8 @@ go build -o bin/bench-origin ./bench/origin
 
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-hitab.XXXXXX")
 declare -A pid=()
-. bench/procs.sh
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	stop_all "${pid[@]}"
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-	exit $rc
-}
-trap cleanup EXIT
+. bench/lib.sh
+trap cleanup_run EXIT
 trap 'exit 130' INT TERM
 
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
@@ -54,25 +46,7 @@ declare -A url=([origin]=http://127.0.0.1:$origin_port)
 targets=(origin)
 start_shield() { # name binary port
 	local name=$1 port=$3
-	mkdir -p "$tmp/$name"
-	cat >"$tmp/$name.yaml" <<YAML
-listen: 127.0.0.1:$port
-admin: { listen: 127.0.0.1:$((port + 1)) }
-log: { level: warn }
-cache:
-  size: 256MiB
-  max_object_size: 16MiB
-  path: $tmp/$name/snapshot
-  disk: { path: $tmp/$name/disk, size: 256MiB }
-origins:
-  bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
-routes:
-  - name: bench
-    hosts: ["*"]
-    path_prefix: /
-    origin: bench
-    cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
-YAML
+	shield_yaml 127.0.0.1:$port 127.0.0.1:$((port + 1)) "$name" >"$tmp/$name.yaml"
 	"$2" -config "$tmp/$name.yaml" 2>"$tmp/$name.log" &
 	pid[$name]=$!
 	url[$name]=http://127.0.0.1:$port
@@ -82,17 +56,7 @@ YAML
 start_shield A "$binA" $((base + 1))
 start_shield B "$binB" $((base + 3))
 
-stats=http://127.0.0.1:$origin_port/__origin/stats
-origin_total() { curl -fsS -m 5 "$stats" | sed 's/.*"total":\([0-9]*\).*/\1/'; }
 clk=$(getconf CLK_TCK)
-cpu_ticks() {
-	local t=0 p
-	for p in $(tree "$1"); do
-		[ -r /proc/$p/stat ] || continue
-		t=$((t + $(sed 's/.*) //' /proc/$p/stat | awk '{print $12 + $13}')))
-	done
-	echo $t
-}
 
 for t in A B; do curl -fsS -m 10 -o /dev/null "${url[$t]}$path"; done
 before=$(origin_total)

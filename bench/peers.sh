@@ -106,50 +106,14 @@ chmod 755 "$tmp" # varnishd's child runs as an unprivileged user
 declare -A pid=()  # target -> main PID
 watchdog=""
 
-. bench/procs.sh
-cleanup() {
-	local rc=$?
-	trap - EXIT INT TERM
-	[ -n "$watchdog" ] && kill $(tree "$watchdog") 2>/dev/null
-	stop_all "${pid[@]}"
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-	exit $rc
-}
-trap cleanup EXIT
+. bench/lib.sh
+trap cleanup_run EXIT
 trap 'exit 130' INT TERM
 # The whole run is bounded even if something hangs: TERM ourselves.
 (sleep "${MAX_SECONDS:-2400}"; log "watchdog: run took too long"; kill -TERM $$) 2>/dev/null &
 watchdog=$!
 
 
-# shield as the operator of a regional shield runs it: a 256 MiB memory
-# tier and a disk tier (entries from cache.disk's threshold up, one file
-# each, sent with sendfile) in the run's tmpfs directory like nginx's
-# proxy_cache; cache.path (the snapshot, and the invalidation table that
-# proves disk entries un-purged after a restart) beside it.
-shield_yaml() { # listen admin name [extra yaml] [routes before the catch-all]
-	mkdir -p "$tmp/$3"
-	cat <<YAML
-listen: $1
-admin: { listen: $2 }
-log: { level: warn }
-cache:
-  size: 256MiB
-  max_object_size: 16MiB
-  path: $tmp/$3/snapshot
-  disk: { path: $tmp/$3/disk, size: 256MiB }
-origins:
-  bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
-routes:
-${5:-}  - name: bench
-    hosts: ["*"]
-    path_prefix: /
-    origin: bench
-    cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
-${4:-}
-YAML
-}
 
 log "starting origin, shield, varnish, nginx in $tmp (nproc $(nproc))"
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
@@ -200,16 +164,7 @@ declare -A url=(
 )
 pid[nginx-h2]=${pid[nginx]} # one nginx, two ports
 stats=http://127.0.0.1:$origin_port/__origin/stats
-origin_total() { curl -fsS -m 5 "$stats" | sed 's/.*"total":\([0-9]*\).*/\1/'; }
 clk=$(getconf CLK_TCK)
-cpu_ticks() { # utime+stime of a process tree, in clock ticks
-	local t=0 p
-	for p in $(tree "$1"); do
-		[ -r /proc/$p/stat ] || continue
-		t=$((t + $(sed 's/.*) //' /proc/$p/stat | awk '{print $12 + $13}')))
-	done
-	echo $t
-}
 
 # ---- warm ----------------------------------------------------------------
 obj1k=/obj/1k?size=1024

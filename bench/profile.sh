@@ -22,7 +22,7 @@ go build -o bin/bench-profile ./bench/profile
 tmp=$(mktemp -d)
 pids=()
 die() { echo "$*" >&2; exit 1; }
-. bench/procs.sh
+. bench/lib.sh
 cleanup() {
 	trap - EXIT INT TERM
 	stop_all "${pids[@]}"

@@ -4,8 +4,6 @@ package listener
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,15 +20,7 @@ import (
 func TestFileSectionSentAllocs(t *testing.T) {
 	const n = 100 << 10
 	content := bytes.Repeat([]byte("section!"), n/8)
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, content, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openContent(t, content)
 	var read atomic.Int64
 	sec := &testSection{f: f, read: &read}
 	timeouts := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second}
@@ -50,6 +40,7 @@ func TestFileSectionSentAllocs(t *testing.T) {
 		}
 	}
 	read.Store(0)
+	var err error
 	allocs := testing.AllocsPerRun(100, func() {
 		if err == nil {
 			err = c.Do(req, resp)

@@ -58,15 +58,7 @@ func TestFileSectionSent(t *testing.T) {
 	for i := range content {
 		content[i] = byte(i*7 + i>>12)
 	}
-	path := filepath.Join(t.TempDir(), "f")
-	if err := os.WriteFile(path, content, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := openContent(t, content)
 	if _, err := f.Seek(5, io.SeekStart); err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +113,20 @@ func TestFileSectionSent(t *testing.T) {
 	if r := read.Load(); r > 3*(total/100) {
 		t.Errorf("%d of %d bytes read through Read: sendfile was not used", r, 3*total)
 	}
+}
+
+// openContent is a file holding content, open for reading, closed and
+// removed when the test ends.
+func openContent(t *testing.T, content []byte) *os.File {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
 }
