@@ -68,8 +68,10 @@ type deadlineConn struct {
 	coalesce bool
 	held     []byte
 
-	// sf sends file sections (sendfile_linux.go), made at the first.
-	sf *sectionSender
+	// sf is the raw socket state (sendfile_linux.go), made at the first
+	// read; noRaw: the connection has none (then Conn's calls are used).
+	sf    *sectionSender
+	noRaw bool
 }
 
 // connPhase is what a connection is doing, for its limits.
@@ -169,7 +171,10 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, err := c.Conn.Read(b)
+	n, handled, err := c.readRaw(b)
+	if !handled {
+		n, err = c.Conn.Read(b)
+	}
 	if n > 0 && c.phase == phaseIdle {
 		c.phase, c.since = phaseReading, 0 // read_timeout from the next Read, if any
 	}
@@ -265,6 +270,9 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 			c.held = append(c.held[:0], p...)
 			return len(p), nil
 		}
+	}
+	if n, handled, err := c.writeRaw(p); handled {
+		return n, err
 	}
 	return c.Conn.Write(p)
 }
