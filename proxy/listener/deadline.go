@@ -70,7 +70,7 @@ type deadlineConn struct {
 
 	// sf is the raw socket state (sendfile_linux.go), made at the first
 	// read; noRaw: the connection has none (then Conn's calls are used).
-	sf    *sectionSender
+	sf    *rawSocket
 	noRaw bool
 }
 

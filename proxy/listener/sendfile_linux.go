@@ -5,25 +5,26 @@ import (
 	"net"
 	"os"
 	"syscall"
-	"unsafe"
 )
 
-// sectionSender is a connection's raw socket state, made at its first
+// rawSocket is a connection's raw socket state, made at its first
 // read and kept: its raw connection and callbacks are bound once, so a
 // read, a write or a section sent costs no allocation.
 //
 // Its reads, writes and sendfile calls are raw system calls
-// (syscall.RawSyscall, no runtime entersyscall/exitsyscall) made from
+// (rawsys_norace.go: no runtime entersyscall/exitsyscall) made from
 // RawConn callbacks, which wait for readiness in the network poller and
 // within the connection's deadlines as net.Conn's own calls do. The
 // socket is non-blocking, so each returns at once. The runtime's
 // entersyscall wakes its monitor thread (sysmon) whenever every P was
-// idle, and resets its polling interval to 20 µs, and a P seen in one
+// idle and resets its polling interval to 20 µs, and a P seen in one
 // system call across two of its ticks is handed to another thread: a
-// proxy between requests is often all idle, so ordinary calls made
-// sysmon wake thousands of times a second and Ps move between threads
-// (futex wakes); raw calls leave it asleep (docs/architecture.md §9).
-type sectionSender struct {
+// proxy is often all idle between requests, so ordinary calls had
+// sysmon wake about a thousand times a second under load and Ps move
+// between threads; raw calls leave it asleep (docs/architecture.md §9).
+// A connection whose Conn is not a syscall.Conn (the sorting mux's
+// replaying connection) uses its own calls.
+type rawSocket struct {
 	rc                syscall.RawConn
 	send, read, write func(uintptr) bool
 	s                 sectionSend
@@ -34,7 +35,7 @@ type sectionSender struct {
 
 // raw returns c's raw socket state, nil if its connection has no
 // descriptor (then its own calls are used).
-func (c *deadlineConn) raw() *sectionSender {
+func (c *deadlineConn) raw() *rawSocket {
 	if c.sf != nil || c.noRaw {
 		return c.sf
 	}
@@ -48,7 +49,7 @@ func (c *deadlineConn) raw() *sectionSender {
 		c.noRaw = true
 		return nil
 	}
-	sf := &sectionSender{rc: rc}
+	sf := &rawSocket{rc: rc}
 	sf.send, sf.read, sf.write = sf.s.send, sf.readOnce, sf.writeAll
 	c.sf = sf
 	return sf
@@ -103,12 +104,12 @@ func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
 }
 
 // readOnce is the read callback: false asks to wait until readable.
-func (s *sectionSender) readOnce(fd uintptr) bool {
+func (s *rawSocket) readOnce(fd uintptr) bool {
 	for {
-		k, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.buf[0])), uintptr(len(s.buf)))
+		k, e := rawRead(fd, s.buf)
 		switch e {
 		case 0:
-			s.n = int(k)
+			s.n = k
 			return true
 		case syscall.EINTR:
 		case syscall.EAGAIN:
@@ -121,16 +122,16 @@ func (s *sectionSender) readOnce(fd uintptr) bool {
 }
 
 // writeAll is the write callback: false asks to wait until writable.
-func (s *sectionSender) writeAll(fd uintptr) bool {
+func (s *rawSocket) writeAll(fd uintptr) bool {
 	for s.n < len(s.buf) {
-		k, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&s.buf[s.n])), uintptr(len(s.buf)-s.n))
+		k, e := rawWrite(fd, s.buf[s.n:])
 		switch e {
 		case 0:
 			if k == 0 {
 				s.errno = syscall.EIO // a socket write never takes nothing
 				return true
 			}
-			s.n += int(k)
+			s.n += k
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
@@ -177,7 +178,7 @@ const maxSendfile = 1 << 30
 func (s *sectionSend) send(cfd uintptr) bool {
 	for s.written < s.n {
 		off := s.off + s.written
-		k, _, e := syscall.RawSyscall6(syscall.SYS_SENDFILE, cfd, uintptr(s.fd), uintptr(unsafe.Pointer(&off)), uintptr(min(s.n-s.written, maxSendfile)), 0, 0)
+		k, e := rawSendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
 		switch e {
 		case 0:
 			if k == 0 {

@@ -2,8 +2,8 @@
 
 package listener
 
-// sectionSender: no sendfile state where sections are not sent with it.
-type sectionSender struct{}
+// rawSocket: no raw socket calls outside Linux.
+type rawSocket struct{}
 
 // sendSection: sendfile with an explicit offset is Linux's; elsewhere a
 // FileSection is read like any body stream.
