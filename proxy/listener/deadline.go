@@ -258,11 +258,16 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	if len(c.held) > 0 {
-		bufs := net.Buffers{c.held, p}
 		held := len(c.held)
+		n, handled, err := c.writevRaw(c.held, p)
+		if !handled {
+			bufs := net.Buffers{c.held, p}
+			var n64 int64
+			n64, err = bufs.WriteTo(c.Conn) // writev on a *net.TCPConn
+			n = int(n64)
+		}
 		c.held = c.held[:0]
-		n, err := bufs.WriteTo(c.Conn) // writev on a *net.TCPConn
-		return max(int(n)-held, 0), err
+		return max(n-held, 0), err
 	}
 	if c.coalesce {
 		c.coalesce = false

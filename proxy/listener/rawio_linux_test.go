@@ -13,7 +13,7 @@ import (
 // TestRawSocketCalls: a plain connection's reads and writes are raw
 // system calls (sendfile_linux.go) that keep net.Conn's behaviour: a
 // write larger than the socket buffers waits for the reader and sends
-// everything, a read returns what came, the peer's close is io.EOF, a
+// everything (also in one writev with held bytes), a read returns what came, the peer's close is io.EOF, a
 // deadline is a timeout, a closed connection is net.ErrClosed.
 func TestRawSocketCalls(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -48,6 +48,23 @@ func TestRawSocketCalls(t *testing.T) {
 	}
 	if c.sf == nil || c.noRaw {
 		t.Fatal("the write was not a raw one")
+	}
+
+	// A coalesced answer: its first full buffer is held and leaves with
+	// the rest in raw writev calls, partly written while the reader lags.
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len(big))))
+		got <- b
+	}()
+	Coalesce(c)
+	if n, err := c.Write(big[:CoalesceMin]); err != nil || n != CoalesceMin || len(c.held) != CoalesceMin {
+		t.Fatalf("first buffer: %d, %v, %d held", n, err, len(c.held))
+	}
+	if n, err := c.Write(big[CoalesceMin:]); err != nil || n != len(big)-CoalesceMin || len(c.held) != 0 {
+		t.Fatalf("rest: %d, %v, %d held", n, err, len(c.held))
+	}
+	if b := <-got; !bytes.Equal(b, big) {
+		t.Fatalf("the client read %d bytes of the coalesced answer, not what was written", len(b))
 	}
 
 	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {

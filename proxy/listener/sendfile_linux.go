@@ -27,8 +27,10 @@ import (
 type rawSocket struct {
 	rc                syscall.RawConn
 	send, read, write func(uintptr) bool
+	writev            func(uintptr) bool
 	s                 sectionSend
 	buf               []byte
+	vec               [2][]byte
 	n                 int
 	errno             syscall.Errno
 }
@@ -50,7 +52,7 @@ func (c *deadlineConn) raw() *rawSocket {
 		return nil
 	}
 	sf := &rawSocket{rc: rc}
-	sf.send, sf.read, sf.write = sf.s.send, sf.readOnce, sf.writeAll
+	sf.send, sf.read, sf.write, sf.writev = sf.s.send, sf.readOnce, sf.writeAll, sf.writevAll
 	c.sf = sf
 	return sf
 }
@@ -101,6 +103,55 @@ func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
 		return n, true, c.opError("write", sf.errno)
 	}
 	return n, true, nil
+}
+
+// writevRaw writes all of a then b with raw writev(2) calls; handled is
+// false when c has no descriptor or writev is not raw (race builds).
+func (c *deadlineConn) writevRaw(a, b []byte) (n int, handled bool, err error) {
+	sf := c.raw()
+	if sf == nil || !rawWritevOK {
+		return 0, false, nil
+	}
+	sf.vec, sf.n, sf.errno = [2][]byte{a, b}, 0, 0
+	err = sf.rc.Write(sf.writev)
+	n, sf.vec = sf.n, [2][]byte{}
+	switch {
+	case err != nil:
+		return n, true, err
+	case sf.errno != 0:
+		return n, true, c.opError("writev", sf.errno)
+	}
+	return n, true, nil
+}
+
+// writevAll is the writev callback: false asks to wait until writable.
+func (s *rawSocket) writevAll(fd uintptr) bool {
+	for {
+		a, b := s.vec[0], s.vec[1]
+		if s.n < len(a) {
+			a = a[s.n:]
+		} else {
+			a, b = nil, b[s.n-len(a):]
+		}
+		if len(a)+len(b) == 0 {
+			return true
+		}
+		k, e := rawWritev(fd, a, b)
+		switch e {
+		case 0:
+			if k == 0 {
+				s.errno = syscall.EIO // a socket write never takes nothing
+				return true
+			}
+			s.n += k
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			s.errno = e
+			return true
+		}
+	}
 }
 
 // readOnce is the read callback: false asks to wait until readable.

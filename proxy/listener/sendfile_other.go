@@ -9,5 +9,6 @@ type rawSocket struct{}
 // FileSection is read like any body stream.
 func (c *deadlineConn) sendSection(int, int64, int64) (int64, bool, error) { return 0, false, nil }
 
-func (c *deadlineConn) readRaw([]byte) (int, bool, error)  { return 0, false, nil }
-func (c *deadlineConn) writeRaw([]byte) (int, bool, error) { return 0, false, nil }
+func (c *deadlineConn) readRaw([]byte) (int, bool, error)           { return 0, false, nil }
+func (c *deadlineConn) writeRaw([]byte) (int, bool, error)          { return 0, false, nil }
+func (c *deadlineConn) writevRaw([]byte, []byte) (int, bool, error) { return 0, false, nil }
