@@ -11,8 +11,8 @@ import (
 // read and kept: its raw connection and callbacks are bound once, so a
 // read, a write or a section sent costs no allocation.
 //
-// Its reads, writes and sendfile calls are raw system calls
-// (rawsys_norace.go: no runtime entersyscall/exitsyscall) made from
+// Its reads, writes and sendfile calls of at most rawMax bytes are raw
+// system calls (rawsys_norace.go: no runtime entersyscall) made from
 // RawConn callbacks, which wait for readiness in the network poller and
 // within the connection's deadlines as net.Conn's own calls do. The
 // socket is non-blocking, so each returns at once. The runtime's
