@@ -68,8 +68,10 @@ type deadlineConn struct {
 	coalesce bool
 	held     []byte
 
-	// sf sends file sections (sendfile_linux.go), made at the first.
-	sf *sectionSender
+	// sf is the raw socket state (sendfile_linux.go), made at the first
+	// read; noRaw: the connection has none (then Conn's calls are used).
+	sf    *rawSocket
+	noRaw bool
 }
 
 // connPhase is what a connection is doing, for its limits.
@@ -169,7 +171,10 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, err := c.Conn.Read(b)
+	n, handled, err := c.readRaw(b)
+	if !handled {
+		n, err = c.Conn.Read(b)
+	}
 	if n > 0 && c.phase == phaseIdle {
 		c.phase, c.since = phaseReading, 0 // read_timeout from the next Read, if any
 	}
@@ -253,11 +258,16 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	if len(c.held) > 0 {
-		bufs := net.Buffers{c.held, p}
 		held := len(c.held)
+		n, handled, err := c.writevRaw(c.held, p)
+		if !handled {
+			bufs := net.Buffers{c.held, p}
+			var n64 int64
+			n64, err = bufs.WriteTo(c.Conn) // writev on a *net.TCPConn
+			n = int(n64)
+		}
 		c.held = c.held[:0]
-		n, err := bufs.WriteTo(c.Conn) // writev on a *net.TCPConn
-		return max(int(n)-held, 0), err
+		return max(n-held, 0), err
 	}
 	if c.coalesce {
 		c.coalesce = false
@@ -265,6 +275,9 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 			c.held = append(c.held[:0], p...)
 			return len(p), nil
 		}
+	}
+	if n, handled, err := c.writeRaw(p); handled {
+		return n, err
 	}
 	return c.Conn.Write(p)
 }

@@ -17,8 +17,11 @@
 //	           HTTP/1.x request line (else closed), replayed bytes
 //	deadline.go  coarse deadlines: plain connections keep the read, write and idle timeouts, armed lazily, slack late
 //	sendfile.go  FileSection: a body that is a file's section, sent with sendfile at its offset
-//	sendfile_linux.go  sendSection: sendfile(2) naming the offset, waiting for writability
-//	sendfile_other.go  sendSection elsewhere: not handled (the section is read)
+//	sendfile_linux.go  raw socket calls of a plain connection: read, write, writev and sendfile(2)
+//	           naming the offset, waiting for readiness in the poller (sysmon stays asleep)
+//	sendfile_other.go  elsewhere: the connection's own calls (a section is read)
+//	rawsys_norace.go  the raw read, write, writev and sendfile system calls (Linux)
+//	rawsys_race.go  the same through package syscall, which the race detector follows (writev not raw)
 //	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
 //	           answer written back, 103 Early Hints, pooled per-request state
 //	h2filter.go  the read filter before Go's HTTP/2 server: SETTINGS naming a

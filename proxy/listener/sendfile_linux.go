@@ -2,17 +2,196 @@ package listener
 
 import (
 	"io"
+	"net"
+	"os"
 	"syscall"
 )
 
-// sectionSender is a connection's sendfile state, made at its first
-// section and kept: its raw connection and callback are bound once, so
-// a section sent costs no allocation (a RawConn, the send state and the
-// callback bound to it were three per hit).
-type sectionSender struct {
-	rc   syscall.RawConn
-	send func(uintptr) bool
-	s    sectionSend
+// rawSocket is a connection's raw socket state, made at its first
+// read and kept: its raw connection and callbacks are bound once, so a
+// read, a write or a section sent costs no allocation.
+//
+// Its reads, writes and sendfile calls of at most rawMax bytes are raw
+// system calls (rawsys_norace.go: no runtime entersyscall) made from
+// RawConn callbacks, which wait for readiness in the network poller and
+// within the connection's deadlines as net.Conn's own calls do. The
+// socket is non-blocking, so each returns at once. The runtime's
+// entersyscall wakes its monitor thread (sysmon) whenever every P was
+// idle and resets its polling interval to 20 µs, and a P seen in one
+// system call across two of its ticks is handed to another thread: a
+// proxy is often all idle between requests, so ordinary calls had
+// sysmon wake about a thousand times a second under load and Ps move
+// between threads; raw calls leave it asleep (docs/architecture.md §9).
+// A connection whose Conn is not a syscall.Conn (the sorting mux's
+// replaying connection) uses its own calls.
+type rawSocket struct {
+	rc                syscall.RawConn
+	send, read, write func(uintptr) bool
+	writev            func(uintptr) bool
+	s                 sectionSend
+	buf               []byte
+	vec               [2][]byte
+	n                 int
+	errno             syscall.Errno
+}
+
+// raw returns c's raw socket state, nil if its connection has no
+// descriptor (then its own calls are used).
+func (c *deadlineConn) raw() *rawSocket {
+	if c.sf != nil || c.noRaw {
+		return c.sf
+	}
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok {
+		c.noRaw = true
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		c.noRaw = true
+		return nil
+	}
+	sf := &rawSocket{rc: rc}
+	sf.send, sf.read, sf.write, sf.writev = sf.s.send, sf.readOnce, sf.writeAll, sf.writevAll
+	c.sf = sf
+	return sf
+}
+
+// opError is the error net.Conn's Read and Write return for errno.
+func (c *deadlineConn) opError(op string, errno syscall.Errno) error {
+	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
+}
+
+// readRaw reads into b with a raw read(2); handled is false when c has
+// no descriptor.
+func (c *deadlineConn) readRaw(b []byte) (n int, handled bool, err error) {
+	sf := c.raw()
+	if sf == nil {
+		return 0, false, nil
+	}
+	if len(b) == 0 {
+		return 0, true, nil
+	}
+	sf.buf, sf.n, sf.errno = b, 0, 0
+	err = sf.rc.Read(sf.read)
+	n, sf.buf = sf.n, nil
+	switch {
+	case err != nil:
+		return n, true, err
+	case sf.errno != 0:
+		return n, true, c.opError("read", sf.errno)
+	case n == 0:
+		return 0, true, io.EOF
+	}
+	return n, true, nil
+}
+
+// writeRaw writes all of b with raw write(2) calls; handled is false
+// when c has no descriptor.
+func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
+	sf := c.raw()
+	if sf == nil {
+		return 0, false, nil
+	}
+	sf.buf, sf.n, sf.errno = b, 0, 0
+	err = sf.rc.Write(sf.write)
+	n, sf.buf = sf.n, nil
+	switch {
+	case err != nil:
+		return n, true, err
+	case sf.errno != 0:
+		return n, true, c.opError("write", sf.errno)
+	}
+	return n, true, nil
+}
+
+// writevRaw writes all of a then b with raw writev(2) calls; handled is
+// false when c has no descriptor or writev is not raw (race builds).
+func (c *deadlineConn) writevRaw(a, b []byte) (n int, handled bool, err error) {
+	sf := c.raw()
+	if sf == nil || !rawWritevOK {
+		return 0, false, nil
+	}
+	sf.vec, sf.n, sf.errno = [2][]byte{a, b}, 0, 0
+	err = sf.rc.Write(sf.writev)
+	n, sf.vec = sf.n, [2][]byte{}
+	switch {
+	case err != nil:
+		return n, true, err
+	case sf.errno != 0:
+		return n, true, c.opError("writev", sf.errno)
+	}
+	return n, true, nil
+}
+
+// writevAll is the writev callback: false asks to wait until writable.
+func (s *rawSocket) writevAll(fd uintptr) bool {
+	for {
+		a, b := s.vec[0], s.vec[1]
+		if s.n < len(a) {
+			a = a[s.n:]
+		} else {
+			a, b = nil, b[s.n-len(a):]
+		}
+		if len(a)+len(b) == 0 {
+			return true
+		}
+		k, e := rawWritev(fd, a, b)
+		switch e {
+		case 0:
+			if k == 0 {
+				s.errno = syscall.EIO // a socket write never takes nothing
+				return true
+			}
+			s.n += k
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			s.errno = e
+			return true
+		}
+	}
+}
+
+// readOnce is the read callback: false asks to wait until readable.
+func (s *rawSocket) readOnce(fd uintptr) bool {
+	for {
+		k, e := rawRead(fd, s.buf)
+		switch e {
+		case 0:
+			s.n = k
+			return true
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			s.errno = e
+			return true
+		}
+	}
+}
+
+// writeAll is the write callback: false asks to wait until writable.
+func (s *rawSocket) writeAll(fd uintptr) bool {
+	for s.n < len(s.buf) {
+		k, e := rawWrite(fd, s.buf[s.n:])
+		switch e {
+		case 0:
+			if k == 0 {
+				s.errno = syscall.EIO // a socket write never takes nothing
+				return true
+			}
+			s.n += k
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			s.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 // sendSection sends n bytes of file descriptor fd from off to c's
@@ -23,19 +202,9 @@ func (c *deadlineConn) sendSection(fd int, off, n int64) (written int64, handled
 	if n <= 0 {
 		return 0, false, nil
 	}
-	sf := c.sf
+	sf := c.raw()
 	if sf == nil {
-		sc, ok := c.Conn.(syscall.Conn)
-		if !ok {
-			return 0, false, nil
-		}
-		rc, err := sc.SyscallConn()
-		if err != nil {
-			return 0, false, nil
-		}
-		sf = &sectionSender{rc: rc}
-		sf.send = sf.s.send
-		c.sf = sf
+		return 0, false, nil
 	}
 	sf.s = sectionSend{fd: fd, off: off, n: n}
 	if err := sf.rc.Write(sf.send); err != nil {
@@ -53,25 +222,26 @@ type sectionSend struct {
 	err     error
 }
 
-// maxSendfile bounds one sendfile call (Linux sends at most ~2 GiB).
+// maxSendfile bounds one sendfile call: the socket's send buffer bounds
+// it anyway (a non-blocking socket takes what fits).
 const maxSendfile = 1 << 30
 
 func (s *sectionSend) send(cfd uintptr) bool {
 	for s.written < s.n {
 		off := s.off + s.written
-		k, err := syscall.Sendfile(int(cfd), s.fd, &off, int(min(s.n-s.written, maxSendfile)))
-		if k > 0 {
+		k, e := rawSendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
+		switch e {
+		case 0:
+			if k == 0 {
+				s.err = io.ErrUnexpectedEOF // the file is shorter than its section
+				return true
+			}
 			s.written += int64(k)
-		}
-		switch {
-		case err == syscall.EAGAIN:
+		case syscall.EINTR:
+		case syscall.EAGAIN:
 			return false
-		case err == syscall.EINTR:
-		case err != nil:
-			s.err = err
-			return true
-		case k == 0:
-			s.err = io.ErrUnexpectedEOF // the file is shorter than its section
+		default:
+			s.err = os.NewSyscallError("sendfile", e)
 			return true
 		}
 	}

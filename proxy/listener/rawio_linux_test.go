@@ -1,0 +1,103 @@
+package listener
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestRawSocketCalls: a plain connection's reads and writes are raw
+// system calls (sendfile_linux.go) that keep net.Conn's behaviour: a
+// write larger than the socket buffers waits for the reader and sends
+// everything (also in one writev with held bytes), a read returns what came, the peer's close is io.EOF, a
+// deadline is a timeout, a closed connection is net.ErrClosed.
+func TestRawSocketCalls(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cln := coarse(ln, newLimits(5*time.Second, 5*time.Second, 5*time.Second, 300*time.Millisecond))
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := cln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	c := sc.(*deadlineConn)
+
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: more than the socket buffers
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len(big))))
+		got <- b
+	}()
+	for off := 0; off < len(big); off += 64 << 10 { // raw writes (rawMax), the socket often full
+		if n, err := c.Write(big[off : off+64<<10]); err != nil || n != 64<<10 {
+			t.Fatalf("Write at %d: %d, %v", off, n, err)
+		}
+	}
+	if b := <-got; !bytes.Equal(b, big) {
+		t.Fatalf("the client read %d bytes, not what was written", len(b))
+	}
+	if c.sf == nil || c.noRaw {
+		t.Fatal("the write was not a raw one")
+	}
+
+	// A coalesced answer: its first full buffer is held and leaves with
+	// the rest in raw writev calls, partly written while the reader lags.
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len(big))))
+		got <- b
+	}()
+	Coalesce(c)
+	if n, err := c.Write(big[:CoalesceMin]); err != nil || n != CoalesceMin || len(c.held) != CoalesceMin {
+		t.Fatalf("first buffer: %d, %v, %d held", n, err, len(c.held))
+	}
+	if n, err := c.Write(big[CoalesceMin:]); err != nil || n != len(big)-CoalesceMin || len(c.held) != 0 {
+		t.Fatalf("rest: %d, %v, %d held", n, err, len(c.held))
+	}
+	if b := <-got; !bytes.Equal(b, big) {
+		t.Fatalf("the client read %d bytes of the coalesced answer, not what was written", len(b))
+	}
+
+	if _, err := client.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := io.ReadAtLeast(c, buf, 18); err != nil || string(buf[:n]) != "GET / HTTP/1.1\r\n\r\n" {
+		t.Fatalf("Read: %q, %v", buf[:n], err)
+	}
+
+	if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Read(buf)
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Read past the deadline: %v, want a timeout", err)
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+
+	client.Close()
+	if n, err := c.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the peer's close: %d, %v, want io.EOF", n, err)
+	}
+	c.Close()
+	if _, err := c.Read(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read after Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := c.Write(buf); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
+	}
+}
