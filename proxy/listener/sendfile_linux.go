@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // rawSocket is a connection's raw socket state, made at its first
@@ -12,7 +14,7 @@ import (
 // read, a write or a section sent costs no allocation.
 //
 // Its reads, writes and sendfile calls are raw system calls
-// (rawsys_norace.go: no runtime entersyscall/exitsyscall) made from
+// (proxy/rawio: no runtime entersyscall/exitsyscall) made from
 // RawConn callbacks, which wait for readiness in the network poller and
 // within the connection's deadlines as net.Conn's own calls do. The
 // socket is non-blocking, so each returns at once. The runtime's
@@ -106,7 +108,7 @@ func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
 // readOnce is the read callback: false asks to wait until readable.
 func (s *rawSocket) readOnce(fd uintptr) bool {
 	for {
-		k, e := rawRead(fd, s.buf)
+		k, e := rawio.Read(fd, s.buf)
 		switch e {
 		case 0:
 			s.n = k
@@ -124,7 +126,7 @@ func (s *rawSocket) readOnce(fd uintptr) bool {
 // writeAll is the write callback: false asks to wait until writable.
 func (s *rawSocket) writeAll(fd uintptr) bool {
 	for s.n < len(s.buf) {
-		k, e := rawWrite(fd, s.buf[s.n:])
+		k, e := rawio.Write(fd, s.buf[s.n:])
 		switch e {
 		case 0:
 			if k == 0 {
@@ -178,7 +180,7 @@ const maxSendfile = 1 << 30
 func (s *sectionSend) send(cfd uintptr) bool {
 	for s.written < s.n {
 		off := s.off + s.written
-		k, e := rawSendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
+		k, e := rawio.Sendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
 		switch e {
 		case 0:
 			if k == 0 {

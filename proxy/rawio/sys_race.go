@@ -1,6 +1,6 @@
 //go:build linux && race
 
-package listener
+package rawio
 
 import "syscall"
 
@@ -9,17 +9,21 @@ import "syscall"
 // what is read after a receive, which raw calls would not (a test's
 // peer would then race with the server's past).
 
-func rawRead(fd uintptr, b []byte) (int, syscall.Errno) {
+// Read is read(2) of fd into b.
+func Read(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, err := syscall.Read(int(fd), b)
 	return max(n, 0), errno(err)
 }
 
-func rawWrite(fd uintptr, b []byte) (int, syscall.Errno) {
+// Write is write(2) of b to fd.
+func Write(fd uintptr, b []byte) (int, syscall.Errno) {
 	n, err := syscall.Write(int(fd), b)
 	return max(n, 0), errno(err)
 }
 
-func rawSendfile(cfd uintptr, fd int, off *int64, n int) (int, syscall.Errno) {
+// Sendfile is sendfile(2) of n bytes of file descriptor fd from *off to
+// the socket cfd.
+func Sendfile(cfd uintptr, fd int, off *int64, n int) (int, syscall.Errno) {
 	k, err := syscall.Sendfile(int(cfd), fd, off, n)
 	return max(k, 0), errno(err)
 }
