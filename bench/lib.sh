@@ -1,11 +1,11 @@
 # Sourced by the bench scripts (peers.sh, economics.sh, disk-ab.sh,
-# hit-ab.sh, profile.sh): stopping the processes a run started, by PID
-# and with their children; waiting for a server to answer; the CPU a
-# process tree used; the bench origin's request count; and the shield
-# configuration the side-by-side runs use. The sourcing script defines
-# die, and before calling them sets what they read: tmp (the run's
-# directory), origin_port, and for cleanup_run the pid array and
-# optionally watchdog.
+# hit-ab.sh, cluster-ab.sh, profile.sh): stopping the processes a run
+# started, by PID and with their children; waiting for a server to
+# answer; the CPU a process tree used; the bench origin's request count;
+# and the shield configuration the side-by-side runs use. The sourcing
+# script defines die, and before calling them sets what they read: tmp
+# (the run's directory), origin_port, and for cleanup_run the pid array
+# and optionally watchdog.
 
 # tree prints pid and all its descendants.
 tree() {

@@ -18,25 +18,30 @@ import (
 const root = "../.."
 
 // rooms are proxy's sub-packages and the other proxy packages each may
-// import (docs/architecture.md §2): the leaf helpers none, the cache
-// none, the origins and the cluster the helpers only (the cluster gets
-// entries as bytes, never from the cache or the origins). proxy itself is
+// import (docs/architecture.md §2): the leaf helpers and the raw socket
+// calls none, the cache none, the origins and the cluster the helpers
+// only, and the listener and the cluster the raw socket calls (the
+// cluster gets entries as bytes, never from the cache or the origins).
+// proxy itself is
 // in no list: nothing below proxy imports it. A new room must be added
 // here, with its arrows, before it can exist.
 var rooms = map[string][]string{
 	"proxy/httpx":    nil,
 	"proxy/cache":    nil,
 	"proxy/upstream": {"proxy/httpx"},
-	"proxy/cluster":  {"proxy/httpx"},
-	"proxy/listener": {"proxy/httpx"},
+	"proxy/cluster":  {"proxy/httpx", "proxy/rawio"},
+	"proxy/listener": {"proxy/httpx", "proxy/rawio"},
+	"proxy/rawio":    nil,
 }
 
 // projectOnly are the project packages (outside proxy) a room may import
 // at all; a room not named here may import any of them. The leaf helpers
-// use the configuration's types and nothing else of the project.
+// use the configuration's types and nothing else of the project; the raw
+// socket calls (proxy/rawio) nothing at all.
 var projectOnly = map[string][]string{
 	"proxy/httpx":    {"config"},
 	"proxy/listener": {"config"},
+	"proxy/rawio":    {},
 }
 
 // unreachable are import path prefixes a package may not reach, directly

@@ -19,6 +19,7 @@ import (
 	"github.com/shield-proxy/shield/admission"
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/rawio"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -472,10 +473,15 @@ func newPlainPeerClient(addr string, timeout time.Duration, maxBody int) *fastht
 	}
 }
 
-// dialPlain opens a TCP connection to a peer. A dead owner must cost
-// little: fall back fast.
+// dialPlain opens a TCP connection to a peer, reading and writing with
+// raw system calls (proxy/rawio). A dead owner must cost little: fall
+// back fast.
 func dialPlain(addr string) (net.Conn, error) {
-	return fasthttp.DialTimeout(addr, 250*time.Millisecond)
+	conn, err := fasthttp.DialTimeout(addr, 250*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Wrap(conn), nil
 }
 
 // Transports (Options.Transport).

@@ -10,9 +10,11 @@
 // their stored bytes (HandoffEntry, TakeHandoff), forwarded requests are
 // served by Local.ServePeer, and purges are applied by Local.Purge and
 // Local.ApplyPurge; the purge log itself (PurgeLog) is the cluster's. It
-// may import proxy/httpx, the project's non-proxy packages and fasthttp,
-// never proxy, proxy/cache or proxy/upstream (internal/importrules
-// enforces it).
+// may import proxy/httpx, proxy/rawio, the project's non-proxy packages
+// and fasthttp, never proxy, proxy/cache or proxy/upstream
+// (internal/importrules enforces it). Peer connections on plain TCP read
+// and write with raw system calls (rawio.Conn: the runtime's sysmon stays
+// asleep, docs/architecture.md §9); TLS ones keep their own calls.
 //
 // The Local contract: every method may be called from any goroutine, at
 // any time after New (the first view's callback runs inside New);

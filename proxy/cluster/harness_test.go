@@ -124,7 +124,8 @@ func (l *fakeLocal) ServePeer(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
 	if l.quiet {
 		ctx.Response.Header.Set("Cache-Control", "max-age=60")
-		ctx.SetBodyString("served by " + l.id)
+		ctx.SetBodyString("served by ") // in two parts: no allocation
+		ctx.Response.AppendBodyString(l.id)
 		return
 	}
 	l.mu.Lock()

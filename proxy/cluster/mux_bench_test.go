@@ -50,7 +50,7 @@ func BenchmarkForwardTCP(b *testing.B) {
 	}
 }
 
-func benchForward(b *testing.B, edge *Node) {
+func benchForward(b testing.TB, edge *Node) {
 	fw, ok := edge.Begin("b", time.Now().UnixNano())
 	if !ok {
 		b.Fatal("breaker open")
@@ -68,7 +68,14 @@ func benchForward(b *testing.B, edge *Node) {
 }
 
 // tcpPair runs nodes a and b on loopback listeners and returns a.
-func tcpPair(b *testing.B, transport string) *Node {
+func tcpPair(b testing.TB, transport string) *Node {
+	nodes, _ := tcpNodes(b, transport)
+	return nodes[0]
+}
+
+// tcpNodes runs nodes a and b on loopback listeners and returns them
+// with their peer listeners (Node.Listener's).
+func tcpNodes(b testing.TB, transport string) (nodes [2]*Node, peerLns [2]net.Listener) {
 	var lns [2]net.Listener
 	var peers []routing.Peer
 	for i, id := range []string{"a", "b"} {
@@ -79,7 +86,6 @@ func tcpPair(b *testing.B, transport string) *Node {
 		lns[i] = ln
 		peers = append(peers, routing.Peer{ID: id, Addr: ln.Addr().String(), Weight: 1})
 	}
-	var nodes [2]*Node
 	var wg sync.WaitGroup
 	for i := range peers {
 		local := newFakeLocal(peers[i].ID)
@@ -90,7 +96,8 @@ func tcpPair(b *testing.B, transport string) *Node {
 		env := Env{Log: local.plog, Metrics: metrics.NewSet(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Ctx: ctx, WG: &wg}
 		n := New(m, &fakeSource{}, local, Options{Secret: testSecret, PeerTimeout: 5 * time.Second, MaxBody: 1 << 20, Transport: transport}, env)
 		srv := &fasthttp.Server{Handler: n.PeerHandler, NoDefaultDate: true}
-		go func() { _ = srv.Serve(n.Listener(lns[i])) }()
+		peerLns[i] = n.Listener(lns[i])
+		go func() { _ = srv.Serve(peerLns[i]) }()
 		nodes[i] = n
 		b.Cleanup(func() {
 			cancel()
@@ -99,7 +106,7 @@ func tcpPair(b *testing.B, transport string) *Node {
 			wg.Wait()
 		})
 	}
-	return nodes[0]
+	return nodes, peerLns
 }
 
 // processCPU is the process's user and system CPU time so far, in ns.

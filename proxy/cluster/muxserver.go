@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // The owner's side of the multiplexed transport (mux.go): the peer
@@ -106,8 +107,11 @@ func (l *peerListener) run() {
 
 // sort reads conn's first byte (after the TLS handshake, on a TLS
 // listener) on its own goroutine, within muxHelloTimeout, and serves
-// conn by the protocol it selects.
+// conn by the protocol it selects. A plain TCP connection reads and
+// writes with raw system calls from here on, multiplexed or HTTP
+// (proxy/rawio: the runtime's sysmon stays asleep); TLS keeps its own.
 func (l *peerListener) sort(conn net.Conn) {
+	conn = rawio.Wrap(conn)
 	_ = conn.SetReadDeadline(time.Now().Add(muxHelloTimeout))
 	var first [1]byte
 	if _, err := io.ReadFull(conn, first[:]); err != nil {

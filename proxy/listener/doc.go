@@ -6,8 +6,8 @@
 // a request the HTTP/2 side cannot take in is answered by its
 // ErrorHandler, so the request path (package proxy) sees one protocol and
 // no feature exists on one protocol only. It knows nothing of the cache:
-// it imports, of the project, config and proxy/httpx (internal/importrules
-// enforces both).
+// it imports, of the project, config, proxy/httpx and proxy/rawio
+// (internal/importrules enforces it).
 //
 // Files (internal/doccheck checks that the list names every non-test file
 // of the directory and nothing else):
@@ -20,8 +20,6 @@
 //	sendfile_linux.go  raw socket calls of a plain connection: read, write, writev and sendfile(2)
 //	           naming the offset, waiting for readiness in the poller (sysmon stays asleep)
 //	sendfile_other.go  elsewhere: the connection's own calls (a section is read)
-//	rawsys_norace.go  the raw read, write, writev and sendfile system calls (Linux)
-//	rawsys_race.go  the same through package syscall, which the race detector follows (writev not raw)
 //	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
 //	           answer written back, 103 Early Hints, pooled per-request state
 //	h2filter.go  the read filter before Go's HTTP/2 server: SETTINGS naming a

@@ -40,7 +40,7 @@ func TestRawSocketCalls(t *testing.T) {
 		b, _ := io.ReadAll(io.LimitReader(client, int64(len(big))))
 		got <- b
 	}()
-	for off := 0; off < len(big); off += 64 << 10 { // raw writes (rawMax), the socket often full
+	for off := 0; off < len(big); off += 64 << 10 { // raw writes (rawio.Max), the socket often full
 		if n, err := c.Write(big[off : off+64<<10]); err != nil || n != 64<<10 {
 			t.Fatalf("Write at %d: %d, %v", off, n, err)
 		}

@@ -5,14 +5,16 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // rawSocket is a connection's raw socket state, made at its first
 // read and kept: its raw connection and callbacks are bound once, so a
 // read, a write or a section sent costs no allocation.
 //
-// Its reads, writes and sendfile calls of at most rawMax bytes are raw
-// system calls (rawsys_norace.go: no runtime entersyscall) made from
+// Its reads, writes and sendfile calls of at most rawio.Max bytes are
+// raw system calls (proxy/rawio: no runtime entersyscall/exitsyscall) made from
 // RawConn callbacks, which wait for readiness in the network poller and
 // within the connection's deadlines as net.Conn's own calls do. The
 // socket is non-blocking, so each returns at once. The runtime's
@@ -29,10 +31,7 @@ type rawSocket struct {
 	send, read, write func(uintptr) bool
 	writev            func(uintptr) bool
 	s                 sectionSend
-	buf               []byte
-	vec               [2][]byte
-	n                 int
-	errno             syscall.Errno
+	c                 rawio.Call
 }
 
 // raw returns c's raw socket state, nil if its connection has no
@@ -52,7 +51,7 @@ func (c *deadlineConn) raw() *rawSocket {
 		return nil
 	}
 	sf := &rawSocket{rc: rc}
-	sf.send, sf.read, sf.write, sf.writev = sf.s.send, sf.readOnce, sf.writeAll, sf.writevAll
+	sf.send, sf.read, sf.write, sf.writev = sf.s.send, sf.c.ReadOnce, sf.c.WriteAll, sf.c.WritevAll
 	c.sf = sf
 	return sf
 }
@@ -72,14 +71,14 @@ func (c *deadlineConn) readRaw(b []byte) (n int, handled bool, err error) {
 	if len(b) == 0 {
 		return 0, true, nil
 	}
-	sf.buf, sf.n, sf.errno = b, 0, 0
+	sf.c.Buf, sf.c.N, sf.c.Errno = b, 0, 0
 	err = sf.rc.Read(sf.read)
-	n, sf.buf = sf.n, nil
+	n, sf.c.Buf = sf.c.N, nil
 	switch {
 	case err != nil:
 		return n, true, err
-	case sf.errno != 0:
-		return n, true, c.opError("read", sf.errno)
+	case sf.c.Errno != 0:
+		return n, true, c.opError("read", sf.c.Errno)
 	case n == 0:
 		return 0, true, io.EOF
 	}
@@ -93,14 +92,14 @@ func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
 	if sf == nil {
 		return 0, false, nil
 	}
-	sf.buf, sf.n, sf.errno = b, 0, 0
+	sf.c.Buf, sf.c.N, sf.c.Errno = b, 0, 0
 	err = sf.rc.Write(sf.write)
-	n, sf.buf = sf.n, nil
+	n, sf.c.Buf = sf.c.N, nil
 	switch {
 	case err != nil:
 		return n, true, err
-	case sf.errno != 0:
-		return n, true, c.opError("write", sf.errno)
+	case sf.c.Errno != 0:
+		return n, true, c.opError("write", sf.c.Errno)
 	}
 	return n, true, nil
 }
@@ -109,89 +108,19 @@ func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
 // false when c has no descriptor or writev is not raw (race builds).
 func (c *deadlineConn) writevRaw(a, b []byte) (n int, handled bool, err error) {
 	sf := c.raw()
-	if sf == nil || !rawWritevOK {
+	if sf == nil || !rawio.WritevOK {
 		return 0, false, nil
 	}
-	sf.vec, sf.n, sf.errno = [2][]byte{a, b}, 0, 0
+	sf.c.Vec, sf.c.N, sf.c.Errno = [2][]byte{a, b}, 0, 0
 	err = sf.rc.Write(sf.writev)
-	n, sf.vec = sf.n, [2][]byte{}
+	n, sf.c.Vec = sf.c.N, [2][]byte{}
 	switch {
 	case err != nil:
 		return n, true, err
-	case sf.errno != 0:
-		return n, true, c.opError("writev", sf.errno)
+	case sf.c.Errno != 0:
+		return n, true, c.opError("writev", sf.c.Errno)
 	}
 	return n, true, nil
-}
-
-// writevAll is the writev callback: false asks to wait until writable.
-func (s *rawSocket) writevAll(fd uintptr) bool {
-	for {
-		a, b := s.vec[0], s.vec[1]
-		if s.n < len(a) {
-			a = a[s.n:]
-		} else {
-			a, b = nil, b[s.n-len(a):]
-		}
-		if len(a)+len(b) == 0 {
-			return true
-		}
-		k, e := rawWritev(fd, a, b)
-		switch e {
-		case 0:
-			if k == 0 {
-				s.errno = syscall.EIO // a socket write never takes nothing
-				return true
-			}
-			s.n += k
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			s.errno = e
-			return true
-		}
-	}
-}
-
-// readOnce is the read callback: false asks to wait until readable.
-func (s *rawSocket) readOnce(fd uintptr) bool {
-	for {
-		k, e := rawRead(fd, s.buf)
-		switch e {
-		case 0:
-			s.n = k
-			return true
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			s.errno = e
-			return true
-		}
-	}
-}
-
-// writeAll is the write callback: false asks to wait until writable.
-func (s *rawSocket) writeAll(fd uintptr) bool {
-	for s.n < len(s.buf) {
-		k, e := rawWrite(fd, s.buf[s.n:])
-		switch e {
-		case 0:
-			if k == 0 {
-				s.errno = syscall.EIO // a socket write never takes nothing
-				return true
-			}
-			s.n += k
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return false
-		default:
-			s.errno = e
-			return true
-		}
-	}
-	return true
 }
 
 // sendSection sends n bytes of file descriptor fd from off to c's
@@ -229,7 +158,7 @@ const maxSendfile = 1 << 30
 func (s *sectionSend) send(cfd uintptr) bool {
 	for s.written < s.n {
 		off := s.off + s.written
-		k, e := rawSendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
+		k, e := rawio.Sendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
 		switch e {
 		case 0:
 			if k == 0 {
