@@ -16,7 +16,11 @@
 # the origin's CPU per request in the same round. A shield run fails if
 # the origin saw a request meanwhile or wrk got a non-2xx answer.
 #
-# Env: ROUNDS (6), DURATION (4s), CONNS (64), THREADS (2),
+# H2=1: the shields speak cleartext HTTP/2 too (server.h2c) and the load
+# is h2load -t2 -c10 -m100 for DURATION (make bench-peers' h2 row); the
+# origin (HTTP/1.1 only) is then not measured.
+#
+# Env: ROUNDS (6), DURATION (4s), CONNS (64), THREADS (2), H2 (0),
 # PATH_1K ("/obj/1k?size=1024"), PORT_BASE (19740: uses PORT_BASE..+4).
 # Everything it starts is killed by PID on exit.
 set -euo pipefail
@@ -29,7 +33,9 @@ origin_port=$base
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
+h2=${H2:-0}
 command -v wrk >/dev/null || die "wrk missing"
+[ "$h2" = 0 ] || command -v h2load >/dev/null || die "h2load missing"
 go build -o bin/bench-origin ./bench/origin
 
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-hitab.XXXXXX")
@@ -44,9 +50,12 @@ wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
 
 declare -A url=([origin]=http://127.0.0.1:$origin_port)
 targets=(origin)
+[ "$h2" = 0 ] || targets=()
 start_shield() { # name binary port
 	local name=$1 port=$3
-	shield_yaml 127.0.0.1:$port 127.0.0.1:$((port + 1)) "$name" >"$tmp/$name.yaml"
+	local extra=""
+	[ "$h2" = 0 ] || extra="server: { h2c: true }"
+	shield_yaml 127.0.0.1:$port 127.0.0.1:$((port + 1)) "$name" "$extra" >"$tmp/$name.yaml"
 	"$2" -config "$tmp/$name.yaml" 2>"$tmp/$name.log" &
 	pid[$name]=$!
 	url[$name]=http://127.0.0.1:$port
@@ -69,19 +78,31 @@ for r in $(seq "$rounds"); do
 	declare -A us=()
 	order=(origin A B)
 	[ $((r % 2)) -eq 0 ] && order=(origin B A) # neither build always runs right after the origin
+	[ "$h2" = 0 ] || order=("${order[@]:1}")
 	for t in "${order[@]}"; do
 		o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
-		timeout 120 wrk -t"$threads" -c"$conns" -d"$duration" --timeout 5s "${url[$t]}$path" >"$tmp/wrk.out" ||
-			die "wrk failed on $t"
+		if [ "$h2" = 0 ]; then
+			timeout 120 wrk -t"$threads" -c"$conns" -d"$duration" --timeout 5s "${url[$t]}$path" >"$tmp/wrk.out" ||
+				die "wrk failed on $t"
+			! grep -q Non-2xx "$tmp/wrk.out" || die "$t: $(grep Non-2xx "$tmp/wrk.out")"
+			n=$(awk '/requests in/ {print $1}' "$tmp/wrk.out")
+			v=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.out")
+		else
+			timeout 120 h2load -t"$threads" -c10 -m100 -D "${duration%s}" "${url[$t]}$path" >"$tmp/wrk.out" 2>&1 ||
+				die "h2load failed on $t: $(tail -3 "$tmp/wrk.out")"
+			grep -q '^Application protocol: h2c' "$tmp/wrk.out" || die "$t: not HTTP/2"
+			awk '/^requests:/ {bad += $10 + $12 + $14} /^status codes:/ {bad += $5 + $7 + $9} END {exit bad > 0}' "$tmp/wrk.out" ||
+				die "$t: failed or non-2xx requests: $(grep -E '^(requests|status codes):' "$tmp/wrk.out")"
+			n=$(awk '/^requests:/ {print $8}' "$tmp/wrk.out")
+			v=$(awk '/^finished in/ {print $4}' "$tmp/wrk.out")
+		fi
 		c1=$(cpu_ticks "${pid[$t]}") o1=$(origin_total)
 		[ "$t" = origin ] || [ "$o1" = "$o0" ] || die "$t: the origin saw $((o1 - o0)) requests during a hit run"
-		! grep -q Non-2xx "$tmp/wrk.out" || die "$t: $(grep Non-2xx "$tmp/wrk.out")"
-		n=$(awk '/requests in/ {print $1}' "$tmp/wrk.out")
-		v=$(awk '/^Requests\/sec:/ {print $2}' "$tmp/wrk.out")
 		us[$t]=$(awk -v t="$((c1 - c0))" -v n="$n" -v k="$clk" 'BEGIN {printf "%.2f", t / k * 1e6 / n}')
 		rps[$t]+="$v " cpu[$t]+="${us[$t]} "
 		log "round $r $t: $v req/s, ${us[$t]} µs CPU/req"
 	done
+	[ "$h2" = 0 ] || continue
 	for t in A B; do ratio[$t]+="$(awk -v a="${us[$t]}" -v o="${us[origin]}" 'BEGIN {printf "%.3f", a / o}') "; done
 done
 log "load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -90,6 +111,6 @@ echo "| target | req/s (median) | CPU µs/req (median) | ÷ origin (median) | CP
 echo "|---|---|---|---|---|"
 for t in "${targets[@]}"; do
 	rat=-
-	[ "$t" = origin ] || rat=$(median <<<"${ratio[$t]}")
+	[ "$t" = origin ] || [ "$h2" != 0 ] || rat=$(median <<<"${ratio[$t]}")
 	echo "| $t | $(median <<<"${rps[$t]}") | $(median <<<"${cpu[$t]}") | $rat | ${cpu[$t]}|"
 done

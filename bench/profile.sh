@@ -5,7 +5,9 @@
 # -t2 -c64 against it and takes a SECONDS-long CPU profile in the middle.
 # Writes bench/results/tmp/<name>.pprof and prints `go tool pprof -top`.
 #
-# Usage: bench/profile.sh [hit1k|hit100k|keys10k|fwd]   (default hit1k)
+# Usage: bench/profile.sh [hit1k|hit100k|keys10k|fwd|h2]   (default hit1k)
+# h2: the 1 KiB hit over cleartext HTTP/2 (server.h2c), h2load -t2 -c10
+# -m100 instead of wrk, as make bench-peers' h2 row.
 # fwd: three static cluster nodes (bench/profile is the edge n1, two plain
 # shields the others); wrk cycles ~500 keys owned by n2/n3, each far below
 # hot_key_rate, so every request is forwarded: the edge's forwarding cost.
@@ -68,6 +70,9 @@ if [ "$what" = fwd ]; then
 		node_yaml $i >"$tmp/node$i.yaml"
 		bin/shield -config "$tmp/node$i.yaml" 2>"$tmp/node$i.log" & pids+=($!)
 	done
+elif [ "$what" = h2 ]; then
+	command -v h2load >/dev/null || { echo "h2load missing: run make bench-peers once (it installs it)"; exit 1; }
+	shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$((base + 3)) "server: { h2c: true }" >"$tmp/shield.yaml"
 else
 	shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$((base + 3)) >"$tmp/shield.yaml"
 fi
@@ -79,7 +84,7 @@ wait_http "http://127.0.0.1:$pprof_port/debug/pprof/"
 url=http://127.0.0.1:$shield_port
 wrkargs=(-t2 -c64 -d$((secs + 4))s --latency)
 case $what in
-hit1k) path="/obj/1k?size=1024"; curl -fsS -o /dev/null "$url$path" ;;
+hit1k | h2) path="/obj/1k?size=1024"; curl -fsS -o /dev/null "$url$path" ;;
 hit100k) path="/obj/100k?size=102400"; curl -fsS -o /dev/null "$url$path" ;;
 keys10k)
 	path=/
@@ -94,17 +99,21 @@ fwd)
 	export BENCH_PATHS=$tmp/fwdN.paths
 	wrkargs+=(-s bench/keys.lua)
 	;;
-*) echo "usage: $0 [hit1k|hit100k|keys10k|fwd]"; exit 2 ;;
+*) echo "usage: $0 [hit1k|hit100k|keys10k|fwd|h2]"; exit 2 ;;
 esac
 
 mkdir -p bench/results/tmp
 out=bench/results/tmp/$what.pprof
-wrk "${wrkargs[@]}" "$url$path" >"$tmp/wrk.out" &
+if [ "$what" = h2 ]; then
+	h2load -t2 -c10 -m100 -D $((secs + 4)) "$url$path" >"$tmp/wrk.out" 2>&1 &
+else
+	wrk "${wrkargs[@]}" "$url$path" >"$tmp/wrk.out" &
+fi
 wrkpid=$!
 pids+=($wrkpid)
 sleep 2
 curl -fsS -m $((secs + 10)) -o "$out" "http://127.0.0.1:$pprof_port/debug/pprof/profile?seconds=$secs"
 wait $wrkpid || true
-grep -E 'Requests/sec|99%' "$tmp/wrk.out"
+grep -E 'Requests/sec|99%|^finished in|^requests:' "$tmp/wrk.out"
 echo "profile: $out (go tool pprof -http=: bin/bench-profile $out)"
 go tool pprof -top -nodecount="${TOP:-35}" bin/bench-profile "$out" 2>/dev/null

@@ -72,6 +72,10 @@ type deadlineConn struct {
 	// read; noRaw: the connection has none (then Conn's calls are used).
 	sf    *rawSocket
 	noRaw bool
+
+	// replay: bytes the sorting mux read before the connection came
+	// here (server.h2c), read before the connection's own.
+	replay []byte
 }
 
 // connPhase is what a connection is doing, for its limits.
@@ -143,7 +147,13 @@ func (l coarseListener) Accept() (net.Conn, error) {
 		return c, nil
 	}
 	// The first request's read_timeout runs from the accept, as fasthttp's.
-	return &deadlineConn{Conn: c, lim: l.lim, since: clock(), bufSize: CoalesceMin}, nil
+	dc := &deadlineConn{Conn: c, lim: l.lim, since: clock(), bufSize: CoalesceMin}
+	if rc, ok := c.(*replayConn); ok {
+		// Sorted by the mux (server.h2c): the bytes it read are replayed
+		// here, then the connection itself is read, with raw calls.
+		dc.Conn, dc.replay = rc.Conn, rc.pending
+	}
+	return dc, nil
 }
 
 // coarse wraps ln for fasthttp when slack allows coarse deadlines: its
@@ -171,9 +181,17 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	n, handled, err := c.readRaw(b)
-	if !handled {
-		n, err = c.Conn.Read(b)
+	var n int
+	var err error
+	if len(c.replay) > 0 {
+		n = copy(b, c.replay)
+		c.replay = c.replay[n:]
+	} else {
+		var handled bool
+		n, handled, err = c.readRaw(b)
+		if !handled {
+			n, err = c.Conn.Read(b)
+		}
 	}
 	if n > 0 && c.phase == phaseIdle {
 		c.phase, c.since = phaseReading, 0 // read_timeout from the next Read, if any

@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // h2Preface opens every HTTP/2 connection (RFC 9113 §3.4).
@@ -108,7 +110,11 @@ func (m *connMux) sort(c net.Conn) {
 		h2 = kind == isH2
 		out = &replayConn{Conn: c, pending: seen}
 		if h2 {
-			out = newH2Filter(&bufferedConn{Conn: c, r: bufio.NewReaderSize(out, h2ReadBuffer)}, nil, m.lim)
+			// Go's HTTP/2 server reads and writes through rawio's raw
+			// calls, as fasthttp's plain connections do (deadlineConn):
+			// the runtime's sysmon stays asleep.
+			rc := rawio.Wrap(c)
+			out = newH2Filter(&bufferedConn{Conn: rc, r: bufio.NewReaderSize(&replayConn{Conn: rc, pending: seen}, h2ReadBuffer)}, nil, m.lim)
 		}
 	}
 	_ = c.SetDeadline(time.Time{})

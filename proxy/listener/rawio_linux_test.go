@@ -101,3 +101,67 @@ func TestRawSocketCalls(t *testing.T) {
 		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// replayListener hands out its connections as the sorting mux does
+// with server.h2c: behind a replayConn holding the bytes it read.
+type replayListener struct {
+	net.Listener
+	seen []byte
+}
+
+func (l replayListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &replayConn{Conn: c, pending: l.seen}, nil
+}
+
+// TestReplayedConnIsRaw: an HTTP/1 connection the sorting mux read
+// first (server.h2c) gives fasthttp the mux's bytes, then the client's,
+// and its own reads and writes are raw calls like any plain connection's.
+func TestReplayedConnIsRaw(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cln := coarse(replayListener{Listener: ln, seen: []byte("GET / HTTP/1.1\r\n")}, newLimits(5*time.Second, 5*time.Second, 5*time.Second, 300*time.Millisecond))
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	sc, err := cln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	c := sc.(*deadlineConn)
+	if _, err := client.Write([]byte("Host: a\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	want := "GET / HTTP/1.1\r\nHost: a\r\n\r\n"
+	got := make([]byte, 0, len(want))
+	buf := make([]byte, 5) // smaller than the replayed bytes: they come in pieces
+	for len(got) < len(want) {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("Read after %q: %v", got, err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+	if c.sf == nil || c.noRaw {
+		t.Fatal("the connection's own reads were not raw")
+	}
+	if _, err := c.Write([]byte("HTTP/1.1 204 No Content\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	answer := make([]byte, len("HTTP/1.1 204 No Content\r\n\r\n"))
+	if _, err := io.ReadFull(client, answer); err != nil || string(answer) != "HTTP/1.1 204 No Content\r\n\r\n" {
+		t.Fatalf("client read %q, %v", answer, err)
+	}
+}

@@ -24,8 +24,8 @@ import (
 // proxy is often all idle between requests, so ordinary calls had
 // sysmon wake about a thousand times a second under load and Ps move
 // between threads; raw calls leave it asleep (docs/architecture.md §9).
-// A connection whose Conn is not a syscall.Conn (the sorting mux's
-// replaying connection) uses its own calls.
+// A connection whose Conn is not a syscall.Conn uses its own calls (the
+// sorting mux's replaying connection is unwrapped: coarseListener).
 type rawSocket struct {
 	rc                syscall.RawConn
 	send, read, write func(uintptr) bool
