@@ -48,7 +48,7 @@ trap 'exit 130' INT TERM
 
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
 pid[origin]=$!
-wait_http "http://127.0.0.1:$origin_port/__origin/stats"
+wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
 
 # Cluster A's node i: public port cbase+i, admin cbase+5+i, peer
 # cbase+10+i, where cbase is PORT_BASE+1 for A and PORT_BASE+21 for B.
@@ -91,7 +91,7 @@ for c in A B; do
 		pid[$c$i]=$!
 	done
 done
-for c in A B; do for i in 1 2 3; do wait_http "http://127.0.0.1:$(($(cbase $c) + 5 + i))/readyz"; done; done
+for c in A B; do for i in 1 2 3; do wait_http "http://127.0.0.1:$(($(cbase $c) + 5 + i))/readyz" "${pid[$c$i]}"; done; done
 
 peer_count() { # cluster: the edge's forwarded requests so far
 	curl -fsS -m 5 "http://127.0.0.1:$(($(cbase "$1") + 6))/metrics" |

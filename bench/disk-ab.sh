@@ -43,7 +43,7 @@ trap 'exit 130' INT TERM
 
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
 pid[origin]=$!
-wait_http "http://127.0.0.1:$origin_port/__origin/stats"
+wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
 
 declare -A url=([origin]=http://127.0.0.1:$origin_port)
 targets=()
@@ -54,7 +54,7 @@ start_shield() { # name binary port
 	pid[$name]=$!
 	url[$name]=http://127.0.0.1:$port
 	targets+=("$name")
-	wait_http "http://127.0.0.1:$((port + 1))/readyz"
+	wait_http "http://127.0.0.1:$((port + 1))/readyz" "${pid[$name]}"
 }
 start_shield A "$binA" $((base + 1))
 start_shield B "$binB" $((base + 3))

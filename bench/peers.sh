@@ -118,12 +118,12 @@ watchdog=$!
 log "starting origin, shield, varnish, nginx in $tmp (nproc $(nproc))"
 bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
 pid[origin]=$!
-wait_http "http://127.0.0.1:$origin_port/__origin/stats"
+wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
 
 shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$shield_admin shield >"$tmp/shield.yaml"
 bin/shield -config "$tmp/shield.yaml" 2>"$tmp/shield.log" &
 pid[shield]=$!
-wait_http "http://127.0.0.1:$shield_admin/readyz"
+wait_http "http://127.0.0.1:$shield_admin/readyz" "${pid[shield]}"
 
 # shield-x: the same configuration plus cleartext HTTP/2 and a route that
 # gzips /gz/ at the shield, for the HTTP/2 and compression rows only.
@@ -137,7 +137,7 @@ shield_yaml 127.0.0.1:$shieldx_port 127.0.0.1:$shieldx_admin shield-x "server: {
 " >"$tmp/shield-x.yaml"
 bin/shield -config "$tmp/shield-x.yaml" 2>"$tmp/shield-x.log" &
 pid[shield-x]=$!
-wait_http "http://127.0.0.1:$shieldx_admin/readyz"
+wait_http "http://127.0.0.1:$shieldx_admin/readyz" "${pid[shield-x]}"
 
 sed "s/@ORIGIN_PORT@/$origin_port/" bench/varnish.vcl.in >"$tmp/bench.vcl"
 # shellcheck disable=SC2046 # varnish_threads prints separate flags
