@@ -20,15 +20,16 @@ const root = "../.."
 // rooms are proxy's sub-packages and the other proxy packages each may
 // import (docs/architecture.md §2): the leaf helpers and the raw socket
 // calls none, the cache none, the origins and the cluster the helpers
-// only, and the listener and the cluster the raw socket calls (the
-// cluster gets entries as bytes, never from the cache or the origins).
+// only, and the listener, the origins and the cluster the raw socket
+// calls (the cluster gets entries as bytes, never from the cache or the
+// origins).
 // proxy itself is
 // in no list: nothing below proxy imports it. A new room must be added
 // here, with its arrows, before it can exist.
 var rooms = map[string][]string{
 	"proxy/httpx":    nil,
 	"proxy/cache":    nil,
-	"proxy/upstream": {"proxy/httpx"},
+	"proxy/upstream": {"proxy/httpx", "proxy/rawio"},
 	"proxy/cluster":  {"proxy/httpx", "proxy/rawio"},
 	"proxy/listener": {"proxy/httpx", "proxy/rawio"},
 	"proxy/rawio":    nil,

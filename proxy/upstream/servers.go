@@ -19,6 +19,7 @@ import (
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/originpool"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // serverSet is one origin's servers with their health. A reload that
@@ -208,6 +209,9 @@ func (r *Registry) originDialer(origin, label, addr string, tc *tls.Config, conn
 		if err != nil {
 			return nil, err
 		}
+		// Reads and writes are raw system calls, under TLS too, as on
+		// the public listener (proxy/rawio: sysmon stays asleep).
+		c = rawio.Wrap(c)
 		if tc == nil {
 			return httpx.NewTrackedConn(c), nil
 		}
