@@ -18,9 +18,12 @@
 #
 # H2=1: the shields speak cleartext HTTP/2 too (server.h2c) and the load
 # is h2load -t2 -c10 -m100 for DURATION (make bench-peers' h2 row); the
-# origin (HTTP/1.1 only) is then not measured.
+# origin (HTTP/1.1 only) is then not measured. TLS=1: the shields serve
+# HTTPS (server.tls, a self-signed certificate made with openssl; HTTP/2
+# offered by ALPN) and wrk speaks HTTP/1.1 over TLS; the origin is not
+# measured either.
 #
-# Env: ROUNDS (6), DURATION (4s), CONNS (64), THREADS (2), H2 (0),
+# Env: ROUNDS (6), DURATION (4s), CONNS (64), THREADS (2), H2 (0), TLS (0),
 # PATH_1K ("/obj/1k?size=1024"), PORT_BASE (19740: uses PORT_BASE..+4).
 # Everything it starts is killed by PID on exit.
 set -euo pipefail
@@ -33,9 +36,11 @@ origin_port=$base
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
-h2=${H2:-0}
+h2=${H2:-0} tls=${TLS:-0}
+[ "$h2" = 0 ] || [ "$tls" = 0 ] || { echo "H2 and TLS: one at a time" >&2; exit 2; }
 command -v wrk >/dev/null || die "wrk missing"
 [ "$h2" = 0 ] || command -v h2load >/dev/null || die "h2load missing"
+[ "$tls" = 0 ] || command -v openssl >/dev/null || die "openssl missing"
 go build -o bin/bench-origin ./bench/origin
 
 tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-hitab.XXXXXX")
@@ -50,15 +55,22 @@ wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
 
 declare -A url=([origin]=http://127.0.0.1:$origin_port)
 targets=(origin)
-[ "$h2" = 0 ] || targets=()
+[ "$h2" = 0 ] && [ "$tls" = 0 ] || targets=()
+scheme=http
+if [ "$tls" != 0 ]; then
+	scheme=https
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=127.0.0.1 \
+		-keyout "$tmp/key.pem" -out "$tmp/cert.pem" 2>/dev/null || die "openssl could not make a certificate"
+fi
 start_shield() { # name binary port
 	local name=$1 port=$3
 	local extra=""
 	[ "$h2" = 0 ] || extra="server: { h2c: true }"
+	[ "$tls" = 0 ] || extra="server: { tls: { cert_file: $tmp/cert.pem, key_file: $tmp/key.pem } }"
 	shield_yaml 127.0.0.1:$port 127.0.0.1:$((port + 1)) "$name" "$extra" >"$tmp/$name.yaml"
 	"$2" -config "$tmp/$name.yaml" 2>"$tmp/$name.log" &
 	pid[$name]=$!
-	url[$name]=http://127.0.0.1:$port
+	url[$name]=$scheme://127.0.0.1:$port
 	targets+=("$name")
 	wait_http "http://127.0.0.1:$((port + 1))/readyz" "${pid[$name]}"
 }
@@ -67,9 +79,9 @@ start_shield B "$binB" $((base + 3))
 
 clk=$(getconf CLK_TCK)
 
-for t in A B; do curl -fsS -m 10 -o /dev/null "${url[$t]}$path"; done
+for t in A B; do curl -kfsS -m 10 -o /dev/null "${url[$t]}$path"; done
 before=$(origin_total)
-for t in A B; do curl -fsS -m 10 -o /dev/null "${url[$t]}$path"; done
+for t in A B; do curl -kfsS -m 10 -o /dev/null "${url[$t]}$path"; done
 [ "$(origin_total)" = "$before" ] || die "a warm object reached the origin again: not cached"
 
 log "load average $(cut -d' ' -f1-3 /proc/loadavg), nproc $(nproc)"
@@ -78,7 +90,7 @@ for r in $(seq "$rounds"); do
 	declare -A us=()
 	order=(origin A B)
 	[ $((r % 2)) -eq 0 ] && order=(origin B A) # neither build always runs right after the origin
-	[ "$h2" = 0 ] || order=("${order[@]:1}")
+	[ "$h2" = 0 ] && [ "$tls" = 0 ] || order=("${order[@]:1}")
 	for t in "${order[@]}"; do
 		o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
 		if [ "$h2" = 0 ]; then
@@ -102,7 +114,7 @@ for r in $(seq "$rounds"); do
 		rps[$t]+="$v " cpu[$t]+="${us[$t]} "
 		log "round $r $t: $v req/s, ${us[$t]} µs CPU/req"
 	done
-	[ "$h2" = 0 ] || continue
+	[ "$h2" = 0 ] && [ "$tls" = 0 ] || continue
 	for t in A B; do ratio[$t]+="$(awk -v a="${us[$t]}" -v o="${us[origin]}" 'BEGIN {printf "%.3f", a / o}') "; done
 done
 log "load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -111,6 +123,6 @@ echo "| target | req/s (median) | CPU µs/req (median) | ÷ origin (median) | CP
 echo "|---|---|---|---|---|"
 for t in "${targets[@]}"; do
 	rat=-
-	[ "$t" = origin ] || [ "$h2" != 0 ] || rat=$(median <<<"${ratio[$t]}")
+	[ "$t" = origin ] || [ "$h2" != 0 ] || [ "$tls" != 0 ] || rat=$(median <<<"${ratio[$t]}")
 	echo "| $t | $(median <<<"${rps[$t]}") | $(median <<<"${cpu[$t]}") | $rat | ${cpu[$t]}|"
 done

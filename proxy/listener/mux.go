@@ -84,7 +84,7 @@ func (m *connMux) sort(c net.Conn) {
 	var out net.Conn
 	h2 := false
 	if m.tls != nil {
-		tc := tls.Server(c, m.tls)
+		tc := tls.Server(rawio.Wrap(c), m.tls) // raw calls under TLS too
 		if err := tc.Handshake(); err != nil {
 			_ = c.Close()
 			return
