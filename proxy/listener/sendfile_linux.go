@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 
 	"github.com/shield-proxy/shield/proxy/rawio"
@@ -151,14 +152,10 @@ type sectionSend struct {
 	err     error
 }
 
-// maxSendfile bounds one sendfile call: the socket's send buffer bounds
-// it anyway (a non-blocking socket takes what fits).
-const maxSendfile = 1 << 30
-
 func (s *sectionSend) send(cfd uintptr) bool {
 	for s.written < s.n {
 		off := s.off + s.written
-		k, e := rawio.Sendfile(cfd, s.fd, &off, int(min(s.n-s.written, maxSendfile)))
+		k, e := rawio.Sendfile(cfd, s.fd, &off, int(min(s.n-s.written, rawio.SendfileMax)))
 		switch e {
 		case 0:
 			if k == 0 {
@@ -166,6 +163,12 @@ func (s *sectionSend) send(cfd uintptr) bool {
 				return true
 			}
 			s.written += int64(k)
+			if k == rawio.SendfileMax && s.written < s.n {
+				// A raw call holds the P while the kernel copies: let
+				// the other goroutines (other clients' answers) run
+				// between a large section's pieces.
+				runtime.Gosched()
+			}
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false

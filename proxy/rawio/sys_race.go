@@ -21,12 +21,15 @@ func Write(fd uintptr, b []byte) (int, syscall.Errno) {
 	return max(n, 0), errno(err)
 }
 
-// Sendfile is sendfile(2) of n bytes of file descriptor fd from *off to
-// the socket cfd.
+// Sendfile is sendfile(2) of at most SendfileMax of n bytes of file
+// descriptor fd from *off to the socket cfd.
 func Sendfile(cfd uintptr, fd int, off *int64, n int) (int, syscall.Errno) {
-	k, err := syscall.Sendfile(int(cfd), fd, off, n)
+	k, err := syscall.Sendfile(int(cfd), fd, off, min(n, SendfileMax))
 	return max(k, 0), errno(err)
 }
+
+// SendfileMax is the most one Sendfile call sends (sys_norace.go).
+const SendfileMax = 1 << 20
 
 // WritevOK: package syscall has no writev; callers write through
 // net.Buffers instead, which the detector follows.
