@@ -11,16 +11,18 @@
 // between requests, so with the runtime's calls sysmon woke about a
 // thousand times a second under load and Ps moved between threads:
 // context switches this machine pays dearly for. The public listener's
-// plain connections (proxy/listener) and the cluster's multiplexed peer
-// connections on plain TCP (proxy/cluster) use it; TLS connections keep
-// their own calls.
+// connections (proxy/listener: plain ones, and the TCP connection under
+// TLS and cleartext HTTP/2), the origins' (proxy/upstream, under TLS
+// too) and the cluster's peer connections on plain TCP (proxy/cluster)
+// use it; TLS peer connections (cluster.tls) keep their own calls.
 //
 // It imports nothing of the project (internal/importrules enforces it).
 //
 // Files (internal/doccheck checks that the list names every non-test file
 // of the directory and nothing else):
 //
-//	sys_norace.go  the read, write, writev and sendfile system calls, raw up to Max bytes (Linux)
+//	sys_norace.go  the read, write, writev and sendfile system calls: raw up to Max bytes,
+//	               sendfile raw at most SendfileMax a call (Linux)
 //	sys_race.go    the same through package syscall, which the race detector follows (no writev)
 //	conn_linux.go  Call: one raw read or write's state and its RawConn callbacks;
 //	               Conn, Wrap: a TCP connection whose Read and Write are raw
