@@ -16,23 +16,7 @@ import (
 // everything (also in one writev with held bytes), a read returns what came, the peer's close is io.EOF, a
 // deadline is a timeout, a closed connection is net.ErrClosed.
 func TestRawSocketCalls(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cln := coarse(ln, newLimits(5*time.Second, 5*time.Second, 5*time.Second, 300*time.Millisecond))
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := cln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	c := sc.(*deadlineConn)
+	client, c := coarsePair(t, nil)
 
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: more than the socket buffers
 	got := make(chan []byte, 1)
@@ -80,7 +64,7 @@ func TestRawSocketCalls(t *testing.T) {
 	if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Read(buf)
+	_, err := c.Read(buf)
 	var ne net.Error
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("Read past the deadline: %v, want a timeout", err)
@@ -121,23 +105,7 @@ func (l replayListener) Accept() (net.Conn, error) {
 // first (server.h2c) gives fasthttp the mux's bytes, then the client's,
 // and its own reads and writes are raw calls like any plain connection's.
 func TestReplayedConnIsRaw(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cln := coarse(replayListener{Listener: ln, seen: []byte("GET / HTTP/1.1\r\n")}, newLimits(5*time.Second, 5*time.Second, 5*time.Second, 300*time.Millisecond))
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	sc, err := cln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	c := sc.(*deadlineConn)
+	client, c := coarsePair(t, []byte("GET / HTTP/1.1\r\n"))
 	if _, err := client.Write([]byte("Host: a\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -164,4 +132,32 @@ func TestReplayedConnIsRaw(t *testing.T) {
 	if _, err := io.ReadFull(client, answer); err != nil || string(answer) != "HTTP/1.1 204 No Content\r\n\r\n" {
 		t.Fatalf("client read %q, %v", answer, err)
 	}
+}
+
+// coarsePair is a client connection and the server side as the coarse
+// listener hands it out (behind a replayConn of seen first, as the
+// sorting mux does, when seen is not nil); both close with the test.
+func coarsePair(t *testing.T, seen []byte) (client net.Conn, c *deadlineConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var inner net.Listener = ln
+	if seen != nil {
+		inner = replayListener{Listener: ln, seen: seen}
+	}
+	cln := coarse(inner, newLimits(5*time.Second, 5*time.Second, 5*time.Second, 300*time.Millisecond))
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sc, err := cln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sc.Close() })
+	return client, sc.(*deadlineConn)
 }

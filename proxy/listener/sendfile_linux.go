@@ -2,7 +2,6 @@ package listener
 
 import (
 	"io"
-	"net"
 	"os"
 	"runtime"
 	"syscall"
@@ -57,11 +56,6 @@ func (c *deadlineConn) raw() *rawSocket {
 	return sf
 }
 
-// opError is the error net.Conn's Read and Write return for errno.
-func (c *deadlineConn) opError(op string, errno syscall.Errno) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, errno)}
-}
-
 // readRaw reads into b with a raw read(2); handled is false when c has
 // no descriptor.
 func (c *deadlineConn) readRaw(b []byte) (n int, handled bool, err error) {
@@ -72,15 +66,11 @@ func (c *deadlineConn) readRaw(b []byte) (n int, handled bool, err error) {
 	if len(b) == 0 {
 		return 0, true, nil
 	}
-	sf.c.Buf, sf.c.N, sf.c.Errno = b, 0, 0
-	err = sf.rc.Read(sf.read)
-	n, sf.c.Buf = sf.c.N, nil
-	switch {
-	case err != nil:
+	n, errno, err := sf.c.DoRead(sf.rc, sf.read, b)
+	if err := rawio.Err(c, "read", errno, err); err != nil {
 		return n, true, err
-	case sf.c.Errno != 0:
-		return n, true, c.opError("read", sf.c.Errno)
-	case n == 0:
+	}
+	if n == 0 {
 		return 0, true, io.EOF
 	}
 	return n, true, nil
@@ -93,16 +83,8 @@ func (c *deadlineConn) writeRaw(b []byte) (n int, handled bool, err error) {
 	if sf == nil {
 		return 0, false, nil
 	}
-	sf.c.Buf, sf.c.N, sf.c.Errno = b, 0, 0
-	err = sf.rc.Write(sf.write)
-	n, sf.c.Buf = sf.c.N, nil
-	switch {
-	case err != nil:
-		return n, true, err
-	case sf.c.Errno != 0:
-		return n, true, c.opError("write", sf.c.Errno)
-	}
-	return n, true, nil
+	n, errno, err := sf.c.DoWrite(sf.rc, sf.write, b)
+	return n, true, rawio.Err(c, "write", errno, err)
 }
 
 // writevRaw writes all of a then b with raw writev(2) calls; handled is
@@ -112,16 +94,8 @@ func (c *deadlineConn) writevRaw(a, b []byte) (n int, handled bool, err error) {
 	if sf == nil || !rawio.WritevOK {
 		return 0, false, nil
 	}
-	sf.c.Vec, sf.c.N, sf.c.Errno = [2][]byte{a, b}, 0, 0
-	err = sf.rc.Write(sf.writev)
-	n, sf.c.Vec = sf.c.N, [2][]byte{}
-	switch {
-	case err != nil:
-		return n, true, err
-	case sf.c.Errno != 0:
-		return n, true, c.opError("writev", sf.c.Errno)
-	}
-	return n, true, nil
+	n, errno, err := sf.c.DoWritev(sf.rc, sf.writev, a, b)
+	return n, true, rawio.Err(c, "writev", errno, err)
 }
 
 // sendSection sends n bytes of file descriptor fd from off to c's

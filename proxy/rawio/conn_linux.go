@@ -67,17 +67,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	o := &c.r
 	o.mu.Lock()
-	o.Buf, o.N, o.Errno = b, 0, 0
-	err := c.rc.Read(o.fn)
-	n, errno := o.N, o.Errno
-	o.Buf = nil
+	n, errno, err := o.DoRead(c.rc, o.fn, b)
 	o.mu.Unlock()
-	switch {
-	case err != nil:
-		return n, c.opError("read", err)
-	case errno != 0:
-		return n, c.opError("read", os.NewSyscallError("read", errno))
-	case n == 0:
+	if err := Err(c, "read", errno, err); err != nil {
+		return n, err
+	}
+	if n == 0 {
 		return 0, io.EOF
 	}
 	return n, nil
@@ -91,30 +86,55 @@ func (c *Conn) Write(b []byte) (int, error) {
 	}
 	o := &c.w
 	o.mu.Lock()
-	o.Buf, o.N, o.Errno = b, 0, 0
-	err := c.rc.Write(o.fn)
-	n, errno := o.N, o.Errno
-	o.Buf = nil
+	n, errno, err := o.DoWrite(c.rc, o.fn, b)
 	o.mu.Unlock()
-	switch {
-	case err != nil:
-		return n, c.opError("write", err)
-	case errno != 0:
-		return n, c.opError("write", os.NewSyscallError("write", errno))
-	}
-	return n, nil
+	return n, Err(c, "write", errno, err)
 }
 
-// opError is err as net.Conn's Read and Write report it: RawConn's own
-// error (a deadline, a closed connection) is a *net.OpError naming a
-// "raw-read" or "raw-write" without the local address; it is given
-// those of a read or a write.
-func (c *Conn) opError(op string, err error) error {
-	if oe, ok := err.(*net.OpError); ok {
-		oe.Op, oe.Source = op, c.LocalAddr()
+// Err is the error net.Conn's Read or Write returns for a raw call's
+// outcome on conn (op "read", "write" or "writev"): nil when errno and
+// err are; RawConn's own error (a deadline, a closed connection), a
+// *net.OpError naming a "raw-read" or "raw-write" without the local
+// address, given those of op; errno as a *net.OpError.
+func Err(conn net.Conn, op string, errno syscall.Errno, err error) error {
+	if err == nil && errno == 0 {
+		return nil
+	}
+	if err == nil {
+		err = os.NewSyscallError(op, errno)
+	} else if oe, ok := err.(*net.OpError); ok {
+		oe.Op, oe.Source = op, conn.LocalAddr()
 		return oe
 	}
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	return &net.OpError{Op: op, Net: "tcp", Source: conn.LocalAddr(), Addr: conn.RemoteAddr(), Err: err}
+}
+
+// DoRead makes one read into b on rc with read, the Call's ReadOnce
+// bound once: the bytes read, the read's errno (0: none) and RawConn's
+// own error.
+func (c *Call) DoRead(rc syscall.RawConn, read func(uintptr) bool, b []byte) (int, syscall.Errno, error) {
+	c.Buf, c.N, c.Errno = b, 0, 0
+	err := rc.Read(read)
+	c.Buf = nil
+	return c.N, c.Errno, err
+}
+
+// DoWrite writes all of b on rc with write, the Call's WriteAll bound
+// once; as DoRead.
+func (c *Call) DoWrite(rc syscall.RawConn, write func(uintptr) bool, b []byte) (int, syscall.Errno, error) {
+	c.Buf, c.N, c.Errno = b, 0, 0
+	err := rc.Write(write)
+	c.Buf = nil
+	return c.N, c.Errno, err
+}
+
+// DoWritev writes all of a then b on rc with writev, the Call's
+// WritevAll bound once (only where WritevOK); as DoRead.
+func (c *Call) DoWritev(rc syscall.RawConn, writev func(uintptr) bool, a, b []byte) (int, syscall.Errno, error) {
+	c.Vec, c.N, c.Errno = [2][]byte{a, b}, 0, 0
+	err := rc.Write(writev)
+	c.Vec = [2][]byte{}
+	return c.N, c.Errno, err
 }
 
 // ReadOnce is a read callback: one read(2) into Buf; false asks to
