@@ -208,9 +208,11 @@ func (l *netnsLab) purgeWhileCut(on, cut *netnsNode) *cutPurge {
 
 // cacheDrops returns the lines of a shield log where the purge sync
 // dropped what the node had fetched (a peer of its view unreachable
-// since it joined it: its purges are unknown), from the cut on, or
-// stopped serving from its cache (a peer that does not have the node in
-// its view, a stall) after the cluster had converged again (before, the
+// since it joined it: its purges are unknown), or the node's own view
+// left it out (it owned nothing then, and the keys it owns came back to
+// it through a membership change), from the cut on, or where it stopped
+// serving from its cache (a peer that does not have the node in its
+// view, a stall) after the cluster had converged again (before, the
 // gate was open again by convergence). After a partition heals,
 // Consul's view of the cut-off node can flap for a while (its agent
 // re-registers it), and each of these makes a kept entry a miss: trust
@@ -218,7 +220,7 @@ func (l *netnsLab) purgeWhileCut(on, cut *netnsNode) *cutPurge {
 func cacheDrops(sinceCut, sinceConverged string) []string {
 	var lines []string
 	for _, l := range strings.Split(sinceCut+sinceConverged, "\n") {
-		if strings.Contains(l, "everything fetched before now is dropped") {
+		if strings.Contains(l, "everything fetched before now is dropped") || strings.Contains(l, "self_included=false") {
 			lines = append(lines, l)
 		}
 	}
