@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -323,9 +325,15 @@ func TestPeerQueueOverflow(t *testing.T) {
 }
 
 // TestOverflowPurgeStaysLocal: an overflow "purge everything" is
-// applied by the peer it was meant for and neither logged nor relayed.
+// applied by the peer it was meant for and neither recorded in its
+// purge log nor relayed; its log says the cache was dropped.
 func TestOverflowPurgeStaysLocal(t *testing.T) {
-	h := newHarness(t, setup{}, "a", "b", "c")
+	var logs lockedBuffer
+	h := newHarness(t, setup{env: func(id string, env *Env) {
+		if id == "b" {
+			env.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		}
+	}}, "a", "b", "c")
 	a, b, c := h.node("a"), h.node("b"), h.node("c")
 	h.setPeers([]*testNode{b}, "a", "b") // b's view differs from the sender's
 	r := h.peerReq(t, a.ip, b, "POST", purgePath+"?all=1&overflow=1&_id=77&_at=1", "", auth, "Shield-Generation: 1")
@@ -335,6 +343,27 @@ func TestOverflowPurgeStaysLocal(t *testing.T) {
 	if len(b.local.purges) != 1 || len(b.local.plog.Records(0)) != 0 || len(c.local.purges) != 0 {
 		t.Errorf("b applied %d, logged %d; c applied %d", len(b.local.purges), len(b.local.plog.Records(0)), len(c.local.purges))
 	}
+	if got := logs.String(); !strings.Contains(got, "everything fetched before now is dropped") {
+		t.Errorf("b's log does not say its cache was dropped: %q", got)
+	}
+}
+
+// lockedBuffer is a log destination a test reads while servers write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestPurgeRelayedAcrossViews: a purge from a peer whose view differs

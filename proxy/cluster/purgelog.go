@@ -530,7 +530,11 @@ func (c *Node) peerPurge(ctx *fasthttp.RequestCtx) {
 	case err1 != nil || err2 != nil || id == 0:
 		res, err = c.local.Purge(args) // an older node: no id, apply as is
 	case args.Get("overflow") == "1":
-		res, err = c.local.Purge(args) // the sender's queue for us overflowed: ours alone
+		// The sender's queue for us overflowed: ours alone. Said here,
+		// where the cache empties, not only on the sender.
+		c.logger.Warn("a peer's purge queue for this node overflowed: everything fetched before now is dropped",
+			"from", ctx.RemoteAddr().String())
+		res, err = c.local.Purge(args)
 	default:
 		res, applied, err = c.local.ApplyPurge(rec)
 	}
