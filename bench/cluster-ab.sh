@@ -40,49 +40,28 @@ command -v wrk >/dev/null || die "wrk missing"
 go build -o bin/bench-origin ./bench/origin
 go build -o bin/bench-client ./bench/client
 
-tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-clusterab.XXXXXX")
 declare -A pid=()
 . bench/lib.sh
+tmp=$(run_tmp clusterab)
 trap cleanup_run EXIT
 trap 'exit 130' INT TERM
 
-bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
-pid[origin]=$!
-wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
+start_origin
 
 # Cluster A's node i: public port cbase+i, admin cbase+5+i, peer
 # cbase+10+i, where cbase is PORT_BASE+1 for A and PORT_BASE+21 for B.
 cbase() { [ "$1" = A ] && echo $((base + 1)) || echo $((base + 21)); }
-node_yaml() { # cluster node
+node_yaml() { # cluster node: the side-by-side configuration, static membership
 	local c=$1 i=$2 b peers="" j
 	b=$(cbase "$c")
 	for j in 1 2 3; do peers+="    - { id: n$j, addr: 127.0.0.1:$((b + 10 + j)) }"$'\n'; done
-	mkdir -p "$tmp/$c$i"
-	cat <<YAML
-listen: 127.0.0.1:$((b + i))
-admin: { listen: 127.0.0.1:$((b + 5 + i)) }
-log: { level: warn }
-cache:
-  size: 256MiB
-  max_object_size: 16MiB
-  path: $tmp/$c$i/snapshot
-  disk: { path: $tmp/$c$i/disk, size: 256MiB }
-origins:
-  bench: { servers: ["127.0.0.1:$origin_port"], timeout: 5s, max_concurrency: 256 }
-routes:
-  - name: bench
-    hosts: ["*"]
-    path_prefix: /
-    origin: bench
-    cache: { stale_while_revalidate: 10s, stale_if_error: 1h, max_stale: 1h }
-cluster:
+	shield_yaml 127.0.0.1:$((b + i)) 127.0.0.1:$((b + 5 + i)) "$c$i" "cluster:
   node_id: n$i
   listen: 127.0.0.1:$((b + 10 + i))
   secret: bench-secret-not-for-production
   membership: static
   peers:
-$peers
-YAML
+$peers"
 }
 for c in A B; do
 	for i in 1 2 3; do
@@ -163,7 +142,6 @@ for r in $(seq "$rounds"); do
 	done
 done
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 cpu() { awk -v t="${ticks[$1,$2]}" -v n="${reqs[$1,$2]}" -v k="$clk" 'BEGIN {printf "%.1f", t / k * 1e6 / n}'; }
 echo "cluster A/B: A=${bin[A]} B=${bin[B]}; wrk -t$threads -c$conns -d$duration on n1, $nk keys per side," \
 	"$rounds interleaved rounds; load average $load0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at the end; nproc $(nproc)"

@@ -34,16 +34,14 @@ die() { log "FAIL: $*"; exit 1; }
 command -v wrk >/dev/null || die "wrk missing"
 go build -o bin/bench-origin ./bench/origin
 
-tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-diskab.XXXXXX")
-chmod 755 "$tmp"
 declare -A pid=()
 . bench/lib.sh
+tmp=$(run_tmp diskab)
+chmod 755 "$tmp"
 trap cleanup_run EXIT
 trap 'exit 130' INT TERM
 
-bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
-pid[origin]=$!
-wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
+start_origin
 
 declare -A url=([origin]=http://127.0.0.1:$origin_port)
 targets=()
@@ -113,7 +111,6 @@ for p in "${paths[@]}"; do
 		done
 	done
 done
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo "| path | target | req/s (median) | MB/s (median) | CPU µs/req | rounds |"
 echo "|---|---|---|---|---|---|"
 for p in "${paths[@]}"; do

@@ -41,10 +41,10 @@ go build -o bin/bench-client ./bench/client
 # The peers' own performance settings (bench/README.md).
 . bench/peer-settings.sh
 
-tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-econ.XXXXXX")
+. bench/lib.sh
+tmp=$(run_tmp econ)
 chmod 755 "$tmp"
 origin_pid="" run_pids=() watchdog=""
-. bench/lib.sh
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM

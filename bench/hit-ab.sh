@@ -38,24 +38,24 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "FAIL: $*"; exit 1; }
 h2=${H2:-0} tls=${TLS:-0}
 [ "$h2" = 0 ] || [ "$tls" = 0 ] || { echo "H2 and TLS: one at a time" >&2; exit 2; }
+with_origin=1 # the origin speaks neither HTTP/2 nor TLS
+[ "$h2" = 0 ] && [ "$tls" = 0 ] || with_origin=0
 command -v wrk >/dev/null || die "wrk missing"
 [ "$h2" = 0 ] || command -v h2load >/dev/null || die "h2load missing"
 [ "$tls" = 0 ] || command -v openssl >/dev/null || die "openssl missing"
 go build -o bin/bench-origin ./bench/origin
 
-tmp=$(mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-hitab.XXXXXX")
 declare -A pid=()
 . bench/lib.sh
+tmp=$(run_tmp hitab)
 trap cleanup_run EXIT
 trap 'exit 130' INT TERM
 
-bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
-pid[origin]=$!
-wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
+start_origin
 
 declare -A url=([origin]=http://127.0.0.1:$origin_port)
-targets=(origin)
-[ "$h2" = 0 ] && [ "$tls" = 0 ] || targets=()
+targets=()
+[ "$with_origin" = 0 ] || targets=(origin)
 scheme=http
 if [ "$tls" != 0 ]; then
 	scheme=https
@@ -90,7 +90,7 @@ for r in $(seq "$rounds"); do
 	declare -A us=()
 	order=(origin A B)
 	[ $((r % 2)) -eq 0 ] && order=(origin B A) # neither build always runs right after the origin
-	[ "$h2" = 0 ] && [ "$tls" = 0 ] || order=("${order[@]:1}")
+	[ "$with_origin" = 1 ] || order=("${order[@]:1}")
 	for t in "${order[@]}"; do
 		o0=$(origin_total) c0=$(cpu_ticks "${pid[$t]}")
 		if [ "$h2" = 0 ]; then
@@ -102,9 +102,7 @@ for r in $(seq "$rounds"); do
 		else
 			timeout 120 h2load -t"$threads" -c10 -m100 -D "${duration%s}" "${url[$t]}$path" >"$tmp/wrk.out" 2>&1 ||
 				die "h2load failed on $t: $(tail -3 "$tmp/wrk.out")"
-			grep -q '^Application protocol: h2c' "$tmp/wrk.out" || die "$t: not HTTP/2"
-			awk '/^requests:/ {bad += $10 + $12 + $14} /^status codes:/ {bad += $5 + $7 + $9} END {exit bad > 0}' "$tmp/wrk.out" ||
-				die "$t: failed or non-2xx requests: $(grep -E '^(requests|status codes):' "$tmp/wrk.out")"
+			h2load_ok "$tmp/wrk.out" "$t"
 			n=$(awk '/^requests:/ {print $8}' "$tmp/wrk.out")
 			v=$(awk '/^finished in/ {print $4}' "$tmp/wrk.out")
 		fi
@@ -114,15 +112,14 @@ for r in $(seq "$rounds"); do
 		rps[$t]+="$v " cpu[$t]+="${us[$t]} "
 		log "round $r $t: $v req/s, ${us[$t]} µs CPU/req"
 	done
-	[ "$h2" = 0 ] && [ "$tls" = 0 ] || continue
+	[ "$with_origin" = 1 ] || continue
 	for t in A B; do ratio[$t]+="$(awk -v a="${us[$t]}" -v o="${us[origin]}" 'BEGIN {printf "%.3f", a / o}') "; done
 done
 log "load average $(cut -d' ' -f1-3 /proc/loadavg)"
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 echo "| target | req/s (median) | CPU µs/req (median) | ÷ origin (median) | CPU µs/req per round |"
 echo "|---|---|---|---|---|"
 for t in "${targets[@]}"; do
 	rat=-
-	[ "$t" = origin ] || [ "$h2" != 0 ] || [ "$tls" != 0 ] || rat=$(median <<<"${ratio[$t]}")
+	[ "$t" = origin ] || [ "$with_origin" = 0 ] || rat=$(median <<<"${ratio[$t]}")
 	echo "| $t | $(median <<<"${rps[$t]}") | $(median <<<"${cpu[$t]}") | $rat | ${cpu[$t]}|"
 done

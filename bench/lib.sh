@@ -7,6 +7,32 @@
 # (the run's directory), origin_port, and for cleanup_run the pid array
 # and optionally watchdog.
 
+# run_tmp name: a new directory for a run, on tmpfs when there is one
+# (the stores and nginx's cache must be RAM-backed alike).
+run_tmp() { mktemp -d "$( [ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/shield-$1.XXXXXX"; }
+
+# start_origin: bench/origin on origin_port, its PID in pid[origin],
+# answering before it returns.
+start_origin() {
+	bin/bench-origin -listen 127.0.0.1:$origin_port 2>"$tmp/origin.log" &
+	pid[origin]=$!
+	wait_http "http://127.0.0.1:$origin_port/__origin/stats" "${pid[origin]}"
+}
+
+# median: the median of the numbers on stdin, separated by spaces or
+# newlines (the mean of the middle two for an even count).
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+# h2load_ok out what: h2load's report in file out spoke HTTP/2 over
+# cleartext and every request succeeded with a 2xx; else die naming what.
+h2load_ok() {
+	grep -q '^Application protocol: h2c' "$1" || die "$2: not HTTP/2: $(grep -i protocol "$1")"
+	# requests: N total, N started, N done, N succeeded, F failed, E errored, T timeout
+	# status codes: N 2xx, 0 3xx, 0 4xx, 0 5xx
+	awk '/^requests:/ {bad += $10 + $12 + $14} /^status codes:/ {bad += $5 + $7 + $9} END {exit bad > 0}' "$1" ||
+		die "$2: failed or non-2xx requests: $(grep -E '^(requests|status codes):' "$1")"
+}
+
 # tree prints pid and all its descendants.
 tree() {
 	local p=$1 c

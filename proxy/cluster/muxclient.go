@@ -16,7 +16,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/proxy/httpx"
-	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // The edge's side of the multiplexed transport (mux.go): one persistent
@@ -115,9 +114,6 @@ func (m *muxClient) open() (*muxConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	// On plain TCP the reader and the writer make raw system calls
-	// (proxy/rawio: the runtime's sysmon stays asleep); TLS keeps its own.
-	conn = rawio.Wrap(conn)
 	_ = conn.SetDeadline(time.Now().Add(muxHelloTimeout))
 	hello := append([]byte(muxPreface), appendFrameHeader(nil, frameHello, 0, uint32(len(m.c.secret)))...)
 	if _, err := conn.Write(append(hello, m.c.secret...)); err != nil {

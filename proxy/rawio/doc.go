@@ -24,6 +24,7 @@
 //	sys_norace.go  the read, write, writev and sendfile system calls: raw up to Max bytes,
 //	               sendfile raw at most SendfileMax a call (Linux)
 //	sys_race.go    the same through package syscall, which the race detector follows (no writev)
+//	sys_linux.go   what both share: SendfileMax, errno
 //	conn_linux.go  Call: one raw read or write's state and its RawConn callbacks;
 //	               Conn, Wrap: a TCP connection whose Read and Write are raw
 //	               calls from its RawConn's callbacks, bound once (no allocation)

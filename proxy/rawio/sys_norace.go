@@ -51,13 +51,6 @@ func Sendfile(cfd uintptr, fd int, off *int64, n int) (int, syscall.Errno) {
 	return int(k), e
 }
 
-// SendfileMax is the most one Sendfile call sends: about 150 µs of
-// copying from the page cache here. The runtime's call for larger
-// sections cost a 10 MiB disk hit 1,513 µs of CPU against 1,088 raw
-// (nginx 1,199; ROUNDS=4 PATHS=/obj/10m?size=10485760 bench/disk-ab.sh):
-// a long system call has its P handed to another thread.
-const SendfileMax = 1 << 20
-
 // WritevOK: Writev is a system call here.
 const WritevOK = true
 
@@ -78,11 +71,4 @@ func Writev(fd uintptr, a, b []byte) (int, syscall.Errno) {
 	}
 	n, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
 	return int(n), e
-}
-
-func errno(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	return err.(syscall.Errno)
 }

@@ -28,19 +28,9 @@ func Sendfile(cfd uintptr, fd int, off *int64, n int) (int, syscall.Errno) {
 	return max(k, 0), errno(err)
 }
 
-// SendfileMax is the most one Sendfile call sends (sys_norace.go).
-const SendfileMax = 1 << 20
-
 // WritevOK: package syscall has no writev; callers write through
 // net.Buffers instead, which the detector follows.
 const WritevOK = false
 
 // Writev is never called under the race detector (WritevOK).
 func Writev(uintptr, []byte, []byte) (int, syscall.Errno) { return 0, syscall.ENOSYS }
-
-func errno(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	return err.(syscall.Errno)
-}
