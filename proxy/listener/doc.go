@@ -23,5 +23,7 @@
 //	h2.go      an HTTP/2 request served by a fasthttp handler: request copy,
 //	           answer written back, 103 Early Hints, pooled per-request state
 //	h2filter.go  the read filter before Go's HTTP/2 server: SETTINGS naming a
-//	           setting twice rewritten, malformed request blocks reset
+//	           setting twice rewritten, malformed request blocks reset, SETTINGS floods cut
+//	h2write.go  the write side: Go's HTTP/2 server's flushes queued and written in
+//	           batches by a flushing goroutine (one system call for many answers)
 package listener

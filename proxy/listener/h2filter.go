@@ -3,7 +3,9 @@ package listener
 import (
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"net"
+	"time"
 
 	"golang.org/x/net/http2/hpack"
 )
@@ -84,7 +86,24 @@ type h2Filter struct {
 	blk  h2Block // the header block being decoded
 
 	rewrites int // frames rewritten (tests)
+
+	settingsFrom time.Time // the start of the current SETTINGS window
+	settingsIn   int       // SETTINGS frames (not ACKs) in it
+	flood        bool      // over h2MaxSettings: Read fails, Go ends the connection
 }
+
+// A client sends SETTINGS when the connection opens and rarely after;
+// more than h2MaxSettings of them in h2SettingsWindow is a flood. Go
+// answers each one (its ACKs coalesce while its writer is busy, so it
+// never hangs up on its own): the filter ends the connection instead,
+// as nginx ends one whose frames do no work.
+const (
+	h2MaxSettings    = 100
+	h2SettingsWindow = 10 * time.Second
+)
+
+// errH2Flood ends a connection that sent a SETTINGS flood.
+var errH2Flood = errors.New("listener: HTTP/2 SETTINGS flood")
 
 // h2Block is what Go's framer notes while it decodes a header block
 // (readMetaFrame), and what the filter looks for.
@@ -114,6 +133,9 @@ func (f *h2Filter) Read(p []byte) (int, error) {
 		}
 		if f.dead {
 			return f.Conn.Read(p)
+		}
+		if f.flood {
+			return 0, errH2Flood
 		}
 		if f.skip > 0 {
 			n, err := f.Conn.Read(p[:min(len(p), f.skip)])
@@ -149,6 +171,9 @@ func (f *h2Filter) fill() error {
 	}
 	if need == frameHeaderLen {
 		f.header()
+		if f.flood {
+			return errH2Flood
+		}
 	}
 	if len(f.buf) >= frameHeaderLen && len(f.buf) == frameHeaderLen+frameLen(f.buf) {
 		f.frame()
@@ -178,6 +203,9 @@ func (f *h2Filter) header() {
 		}
 		return // held whole
 	case frameSettings:
+		if flags&flagAck == 0 && f.settingsFlood() {
+			return
+		}
 		if stream == 0 && flags&flagAck == 0 && length%6 == 0 && length >= 12 && length <= 100*6 {
 			return // may name a setting twice
 		}
@@ -206,6 +234,18 @@ func (f *h2Filter) frame() {
 // connection, or about to, for what the filter has just seen.
 func (f *h2Filter) giveUp() {
 	f.out, f.buf, f.dead = f.buf, nil, true
+}
+
+// settingsFlood counts one SETTINGS frame and reports (and notes, in
+// flood) whether it is one too many.
+func (f *h2Filter) settingsFlood() bool {
+	now := time.Now()
+	if now.Sub(f.settingsFrom) > h2SettingsWindow {
+		f.settingsFrom, f.settingsIn = now, 0
+	}
+	f.settingsIn++
+	f.flood = f.settingsIn > h2MaxSettings
+	return f.flood
 }
 
 func frameLen(h []byte) int { return int(h[0])<<16 | int(h[1])<<8 | int(h[2]) }

@@ -331,3 +331,35 @@ func BenchmarkH2Filter(b *testing.B) {
 		}
 	})
 }
+
+// TestH2FilterSettingsFlood: h2MaxSettings SETTINGS frames (and any
+// number of ACKs) pass; the next one ends the connection: every read
+// after it fails with errH2Flood, before Go sees the frame.
+func TestH2FilterSettingsFlood(t *testing.T) {
+	settings := frame(0x4, 0, 0, settingsPayload(4, 65535))
+	ack := frame(0x4, flagAck, 0, nil)
+	var in []byte
+	for range h2MaxSettings {
+		in = append(append(in, settings...), ack...)
+	}
+	passed := len(in)
+	in = append(in, settings...)
+	f := newH2Filter(&chunkConn{src: append([]byte(h2Preface), in...), chunk: 100}, nil, newH2Limits(16<<10, 16<<10))
+	var out []byte
+	buf := make([]byte, 64)
+	var err error
+	for err == nil {
+		var n int
+		n, err = f.Read(buf)
+		out = append(out, buf[:n]...)
+	}
+	if err != errH2Flood {
+		t.Fatalf("read error %v, want errH2Flood", err)
+	}
+	if got := len(out) - len(h2Preface); got != passed {
+		t.Errorf("passed %d bytes, want %d (the frames before the flood's)", got, passed)
+	}
+	if _, err := f.Read(buf); err != errH2Flood {
+		t.Errorf("read after the flood: %v, want errH2Flood", err)
+	}
+}

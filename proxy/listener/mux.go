@@ -97,7 +97,7 @@ func (m *connMux) sort(c net.Conn) {
 			// filtered), with the TLS state passed in the context
 			// (newH2Server's ConnContext). A connection below HTTP/2's
 			// TLS requirements goes as it is: Go refuses it.
-			out = newH2Filter(tc, &st, m.lim)
+			out = newH2Filter(newH2Writer(tc), &st, m.lim)
 		}
 	} else {
 		seen, kind, err := readPreface(c)
@@ -114,7 +114,7 @@ func (m *connMux) sort(c net.Conn) {
 			// calls, as fasthttp's plain connections do (deadlineConn):
 			// the runtime's sysmon stays asleep.
 			rc := rawio.Wrap(c)
-			out = newH2Filter(&bufferedConn{Conn: rc, r: bufio.NewReaderSize(&replayConn{Conn: rc, pending: seen}, h2ReadBuffer)}, nil, m.lim)
+			out = newH2Filter(newH2Writer(&bufferedConn{Conn: rc, r: bufio.NewReaderSize(&replayConn{Conn: rc, pending: seen}, h2ReadBuffer)}), nil, m.lim)
 		}
 	}
 	_ = c.SetDeadline(time.Time{})

@@ -1,0 +1,158 @@
+package listener
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// h2Writer batches the writes of Go's HTTP/2 server on one connection.
+//
+// Go's server flushes its 4 KiB frame buffer whenever its queue of frames
+// is empty, and under load it is empty after nearly every answer: each
+// handler runs on its own goroutine and hands its frames to the serve
+// loop one at a time. So a hundred streams answered on one connection cost
+// about a hundred write system calls (1.1 per request under h2load -m100,
+// against fewer than 0.1 for nginx), the largest single cost of an HTTP/2
+// hit.
+//
+// Write copies what it is given into a queue and returns; a flushing
+// goroutine, started when there is something to write and nobody
+// writing, writes the queue in one call and goes on until it is empty.
+// While one write is in the kernel the serve loop queues the next answers,
+// so under load one system call carries many frames; a lone answer costs
+// one goroutine hand-off. Above TLS, a batch is also one TLS record
+// instead of one per flush.
+//
+// The queue holds at most h2MaxQueued bytes: Write waits while it is
+// over, so a client that does not read blocks the server's writer (as
+// the socket's own buffer did before) and costs no memory beyond it. A
+// failed write is kept and returned by every later Write, and closes the
+// connection so that the server's reader ends too. Close lets what is
+// queued (a GOAWAY, say) go out first, for at most h2CloseLinger.
+type h2Writer struct {
+	net.Conn
+
+	mu     sync.Mutex
+	room   sync.Cond // signalled when the queue is taken or the writer fails
+	q      []byte
+	spare  []byte // the buffer the last write took, kept for the next
+	busy   bool   // a flushing goroutine is at work
+	err    error  // the first failed write; later Writes return it
+	closed bool   // Close was called: Writes fail
+	shut   bool   // the underlying connection is closed (or being closed)
+}
+
+const (
+	// h2MaxQueued bounds what Write takes before it waits for the
+	// flusher: a few flow-control windows of answers.
+	h2MaxQueued = 256 << 10
+	// h2KeepBuffer is the largest queue buffer kept for the next batch.
+	h2KeepBuffer = 64 << 10
+	// h2CloseLinger bounds how long Close lets queued frames go out.
+	h2CloseLinger = time.Second
+)
+
+// errH2WriterClosed is what Write returns after Close.
+var errH2WriterClosed = errors.New("listener: HTTP/2 connection closed")
+
+func newH2Writer(c net.Conn) *h2Writer {
+	w := &h2Writer{Conn: c}
+	w.room.L = &w.mu
+	return w
+}
+
+// Write queues p and returns; the flushing goroutine writes it.
+func (w *h2Writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	for len(w.q) >= h2MaxQueued && w.err == nil && !w.closed {
+		w.room.Wait()
+	}
+	switch {
+	case w.err != nil:
+		err := w.err
+		w.mu.Unlock()
+		return 0, err
+	case w.closed:
+		w.mu.Unlock()
+		return 0, errH2WriterClosed
+	}
+	w.q = append(w.q, p...)
+	start := !w.busy
+	w.busy = true
+	w.mu.Unlock()
+	if start {
+		go w.flush()
+	}
+	return len(p), nil
+}
+
+// flush writes the queue until it is empty, then ends; after Close it
+// closes the connection once the queue is out (or failed).
+func (w *h2Writer) flush() {
+	for {
+		w.mu.Lock()
+		if len(w.q) == 0 || w.err != nil {
+			w.busy = false
+			closeNow := w.closed && !w.shut
+			w.shut = w.shut || closeNow
+			w.mu.Unlock()
+			if closeNow {
+				_ = w.Conn.Close()
+			}
+			return
+		}
+		out := w.q
+		w.q, w.spare = w.spare[:0], nil
+		w.room.Broadcast()
+		w.mu.Unlock()
+
+		_, err := w.Conn.Write(out)
+
+		w.mu.Lock()
+		if cap(out) <= h2KeepBuffer {
+			w.spare = out
+		}
+		if err != nil && w.err == nil {
+			w.err = err
+			w.q = nil
+			w.room.Broadcast()
+		}
+		w.mu.Unlock()
+		if err != nil {
+			// The server's reader must end too: it learns of the failure
+			// from the connection, not from a write it no longer makes.
+			w.mu.Lock()
+			w.shut = true
+			w.mu.Unlock()
+			_ = w.Conn.Close()
+		}
+	}
+}
+
+// Close fails later Writes and closes the connection, after what is
+// queued has been written (for at most h2CloseLinger).
+func (w *h2Writer) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.room.Broadcast()
+	if w.busy && w.err == nil {
+		// The flusher closes the connection when the queue is out; the
+		// deadline bounds a client that reads nothing.
+		w.mu.Unlock()
+		_ = w.Conn.SetWriteDeadline(time.Now().Add(h2CloseLinger))
+		return nil
+	}
+	already := w.shut
+	w.shut = true
+	w.mu.Unlock()
+	if already {
+		return nil
+	}
+	return w.Conn.Close()
+}
