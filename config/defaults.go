@@ -21,6 +21,7 @@ const (
 	defaultMaxHeaderSize = 16 * KiB
 	defaultMaxBodySize   = 4 * MiB
 	defaultDrainTimeout  = 15 * time.Second
+	defaultHeapFloor     = 64 * MiB
 
 	defaultCacheSize     = 512 * MiB
 	defaultMaxObjectSize = 8 * MiB
@@ -102,6 +103,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 
 	ca := &c.Cache
 	setDefault(&ca.Size, has("cache.size"), defaultCacheSize)
+	setDefault(&s.HeapFloor, has("server.heap_floor"), min(defaultHeapFloor, ca.Size/4))
 	maxObject := defaultMaxObjectSize
 	if ca.Disk != nil && ca.Disk.Size > 0 {
 		// With a disk tier, objects up to 1GiB are cached when they fit

@@ -28,6 +28,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/heapfloor"
 	"github.com/shield-proxy/shield/proxy"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
@@ -67,6 +68,13 @@ func run(args []string) int {
 		return 1
 	}
 	logger := newLogger(cfg.Log)
+	// The heap floor (server.heap_floor) stands back when the operator
+	// paces the collector with GOGC.
+	if os.Getenv("GOGC") == "" {
+		defer heapfloor.Start(uint64(cfg.Server.HeapFloor)).Stop()
+	} else if cfg.Server.HeapFloor > 0 {
+		logger.Info("server.heap_floor ignored: GOGC is set", "GOGC", os.Getenv("GOGC"))
+	}
 	if err := serve(*cfgPath, cfg, logger); err != nil {
 		logger.Error("shield stopped", "err", err)
 		return 1
