@@ -30,6 +30,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/heapfloor"
 	"github.com/shield-proxy/shield/proxy"
 	"github.com/shield-proxy/shield/routing"
 )
@@ -50,6 +51,9 @@ func run(cfgPath, pprofAddr string) error {
 		return fmt.Errorf("profile: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if os.Getenv("GOGC") == "" { // as cmd/shield paces the collector
+		defer heapfloor.Start(uint64(cfg.Server.HeapFloor)).Stop()
+	}
 	p, err := proxy.New(cfg, logger)
 	if err != nil {
 		return fmt.Errorf("profile: %w", err)
