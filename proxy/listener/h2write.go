@@ -36,26 +36,30 @@ type h2Writer struct {
 
 	mu     sync.Mutex
 	room   sync.Cond // signalled when the queue is taken or the writer fails
-	q      []byte
-	spare  []byte // the buffer the last write took, kept for the next
-	busy   bool   // a flushing goroutine is at work
-	err    error  // the first failed write; later Writes return it
-	closed bool   // Close was called: Writes fail
-	shut   bool   // the underlying connection is closed (or being closed)
+	q      *[]byte   // what is queued; nil when nothing is (the buffer is pooled)
+	busy   bool      // a flushing goroutine is at work
+	err    error     // the first failed write; later Writes return it
+	closed bool      // Close was called: Writes fail
+	shut   bool      // the underlying connection is closed (or being closed)
 }
 
 const (
 	// h2MaxQueued bounds what Write takes before it waits for the
 	// flusher: a few flow-control windows of answers.
 	h2MaxQueued = 256 << 10
-	// h2KeepBuffer is the largest queue buffer kept for the next batch.
-	h2KeepBuffer = 64 << 10
+	// h2PoolBuffer is the largest queue buffer pooled for the next batch.
+	h2PoolBuffer = h2MaxQueued + 64<<10
 	// h2CloseLinger bounds how long Close lets queued frames go out.
 	h2CloseLinger = time.Second
 )
 
 // errH2WriterClosed is what Write returns after Close.
 var errH2WriterClosed = errors.New("listener: HTTP/2 connection closed")
+
+// h2Buffers pools queue buffers between batches, so that an idle
+// connection holds none (Go's own server pools its frame buffer the same
+// way).
+var h2Buffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 func newH2Writer(c net.Conn) *h2Writer {
 	w := &h2Writer{Conn: c}
@@ -66,7 +70,7 @@ func newH2Writer(c net.Conn) *h2Writer {
 // Write queues p and returns; the flushing goroutine writes it.
 func (w *h2Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
-	for len(w.q) >= h2MaxQueued && w.err == nil && !w.closed {
+	for w.q != nil && len(*w.q) >= h2MaxQueued && w.err == nil && !w.closed {
 		w.room.Wait()
 	}
 	switch {
@@ -78,7 +82,10 @@ func (w *h2Writer) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return 0, errH2WriterClosed
 	}
-	w.q = append(w.q, p...)
+	if w.q == nil {
+		w.q = h2Buffers.Get().(*[]byte)
+	}
+	*w.q = append(*w.q, p...)
 	start := !w.busy
 	w.busy = true
 	w.mu.Unlock()
@@ -93,7 +100,7 @@ func (w *h2Writer) Write(p []byte) (int, error) {
 func (w *h2Writer) flush() {
 	for {
 		w.mu.Lock()
-		if len(w.q) == 0 || w.err != nil {
+		if w.q == nil || w.err != nil {
 			w.busy = false
 			closeNow := w.closed && !w.shut
 			w.shut = w.shut || closeNow
@@ -104,19 +111,24 @@ func (w *h2Writer) flush() {
 			return
 		}
 		out := w.q
-		w.q, w.spare = w.spare[:0], nil
+		w.q = nil
 		w.room.Broadcast()
 		w.mu.Unlock()
 
-		_, err := w.Conn.Write(out)
+		_, err := w.Conn.Write(*out)
+		if cap(*out) <= h2PoolBuffer {
+			*out = (*out)[:0]
+			h2Buffers.Put(out)
+		}
 
 		w.mu.Lock()
-		if cap(out) <= h2KeepBuffer {
-			w.spare = out
-		}
 		if err != nil && w.err == nil {
 			w.err = err
-			w.q = nil
+			if w.q != nil { // dropped: nothing more goes out
+				*w.q = (*w.q)[:0]
+				h2Buffers.Put(w.q)
+				w.q = nil
+			}
 			w.room.Broadcast()
 		}
 		w.mu.Unlock()

@@ -94,6 +94,15 @@ func TestH2WriterBatches(t *testing.T) {
 	if string(ws[0]) != "first" || string(ws[1]) != "abc" || closed {
 		t.Errorf("writes %q, closed %v; want [first abc], open", ws, closed)
 	}
+	// Idle again: the connection holds no buffer (it went back to the pool).
+	waitFor(t, "the flusher to end", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return !w.busy
+	})
+	if w.q != nil {
+		t.Errorf("an idle writer holds a %d-byte buffer", cap(*w.q))
+	}
 }
 
 // TestH2WriterBound: past h2MaxQueued bytes queued, Write waits until
