@@ -13,6 +13,7 @@ import (
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy"
 	"github.com/shield-proxy/shield/proxy/httpx"
+	"github.com/shield-proxy/shield/proxy/rawio"
 	"github.com/shield-proxy/shield/routing"
 )
 
@@ -75,7 +76,9 @@ func startCluster(cfg *config.Config, p *proxy.Proxy, logger *slog.Logger, errc 
 	if opts.TLS != nil {
 		// Peers must present a certificate signed by cluster.tls.ca_file
 		// before any request (and its secret) is read.
-		ln = tls.NewListener(ln, opts.TLS.Server)
+		// TLS records go over raw system calls, as plain peers' bytes do
+		// (proxy/rawio: the runtime's sysmon stays asleep).
+		ln = tls.NewListener(rawio.Listener{Listener: ln}, opts.TLS.Server)
 	}
 	// The multiplexed peer transport is served on the same port.
 	ln = p.PeerListener(ln)

@@ -415,7 +415,8 @@ func (c *Node) newPeer(peer routing.Peer) *Peer {
 	if dial == nil {
 		dial = dialPlain
 		if opts.TLS != nil {
-			tlsDial := httpx.TLSDialer(peer.Addr, opts.TLS.Client, 500*time.Millisecond)
+			// TLS over raw system calls, as plain peer connections.
+			tlsDial := httpx.TLSDialer(peer.Addr, opts.TLS.Client, 500*time.Millisecond, rawio.Wrap)
 			dial = func(addr string) (net.Conn, error) { return tlsDial(addr, 0) }
 		}
 	}

@@ -109,7 +109,8 @@ func (l *peerListener) run() {
 // listener) on its own goroutine, within muxHelloTimeout, and serves
 // conn by the protocol it selects. A plain TCP connection reads and
 // writes with raw system calls from here on, multiplexed or HTTP
-// (proxy/rawio: the runtime's sysmon stays asleep); TLS keeps its own.
+// (proxy/rawio: the runtime's sysmon stays asleep); a TLS connection
+// already runs over one (rawio.Listener under the TLS listener).
 func (l *peerListener) sort(conn net.Conn) {
 	conn = rawio.Wrap(conn)
 	_ = conn.SetReadDeadline(time.Now().Add(muxHelloTimeout))

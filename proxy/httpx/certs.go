@@ -136,9 +136,10 @@ func (pt *PeerTLS) Client() *tls.Config { return pt.client.Load() }
 // TLSDialer dials addr and completes a TLS handshake within timeout (or
 // the request's remaining time, if shorter), with the configuration conf
 // returns at that dial (a reloadable one; ServerName from addr when it
-// has none). fasthttp sees a plain connection, so requests need no
+// has none), over the TCP connection wrap makes of the dialled one (nil:
+// as dialled). fasthttp sees a plain connection, so requests need no
 // https:// scheme.
-func TLSDialer(addr string, conf func() *tls.Config, timeout time.Duration) fasthttp.DialFuncWithTimeout {
+func TLSDialer(addr string, conf func() *tls.Config, timeout time.Duration, wrap func(net.Conn) net.Conn) fasthttp.DialFuncWithTimeout {
 	return func(_ string, remaining time.Duration) (net.Conn, error) {
 		d := timeout
 		if remaining > 0 && remaining < d {
@@ -148,6 +149,9 @@ func TLSDialer(addr string, conf func() *tls.Config, timeout time.Duration) fast
 		c, err := fasthttp.DialTimeout(addr, d)
 		if err != nil {
 			return nil, err
+		}
+		if wrap != nil {
+			c = wrap(c)
 		}
 		tconn, err := Handshake(c, withServerName(conf(), addr), start.Add(d))
 		if err != nil {

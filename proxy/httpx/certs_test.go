@@ -157,7 +157,7 @@ func peerListener(t *testing.T, pt *PeerTLS) string {
 
 // dialPeer dials addr with pt's client side and reads the answer.
 func dialPeer(addr string, pt *PeerTLS) (string, error) {
-	c, err := TLSDialer(addr, pt.Client, 2*time.Second)("", 0)
+	c, err := TLSDialer(addr, pt.Client, 2*time.Second, nil)("", 0)
 	if err != nil {
 		return "", err
 	}
@@ -238,12 +238,17 @@ func TestTLSDialerFailures(t *testing.T) {
 		}
 	}()
 	conf := func() *tls.Config { return &tls.Config{MinVersion: tls.VersionTLS12} }
-	if _, err := TLSDialer(addr, conf, time.Second)("", 0); err == nil || !strings.Contains(err.Error(), addr) {
+	wrapped := 0 // the handshake runs over what wrap made of the dialled connection
+	wrap := func(c net.Conn) net.Conn { wrapped++; return c }
+	if _, err := TLSDialer(addr, conf, time.Second, wrap)("", 0); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("plain-text server: %v, want a handshake error naming %s", err, addr)
 	}
 	ln.Close()
-	if _, err := TLSDialer(addr, conf, time.Second)("", 0); err == nil {
+	if _, err := TLSDialer(addr, conf, time.Second, wrap)("", 0); err == nil {
 		t.Error("closed port: dialed")
+	}
+	if wrapped != 1 {
+		t.Errorf("wrap called %d times, want once (the connection that was dialled)", wrapped)
 	}
 	named := &tls.Config{ServerName: "example.test"}
 	if withServerName(named, addr) != named {

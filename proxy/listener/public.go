@@ -137,7 +137,7 @@ func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
 	}
 	if !shared {
 		if tc != nil {
-			ln = tls.NewListener(rawListener{ln}, tc)
+			ln = tls.NewListener(rawio.Listener{Listener: ln}, tc)
 		}
 		return pub.H1.Serve(coarse(ln, lim))
 	}
@@ -171,15 +171,3 @@ func (pub *Public) ShutdownWithContext(ctx context.Context) error {
 
 // Shutdown is ShutdownWithContext without a bound.
 func (pub *Public) Shutdown() error { return pub.ShutdownWithContext(context.Background()) }
-
-// rawListener hands out its plain TCP connections reading and writing
-// with raw system calls (proxy/rawio), for TLS to run over.
-type rawListener struct{ net.Listener }
-
-func (l rawListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return rawio.Wrap(c), nil
-}

@@ -29,4 +29,5 @@
 //	               Conn, Wrap: a TCP connection whose Read and Write are raw
 //	               calls from its RawConn's callbacks, bound once (no allocation)
 //	conn_other.go  Wrap elsewhere: the connection itself
+//	listener.go    Listener: accepted connections wrapped, for TLS over raw calls
 package rawio

@@ -1,0 +1,17 @@
+package rawio
+
+import "net"
+
+// Listener hands out its plain TCP connections reading and writing with
+// raw system calls (Wrap), for TLS to run over: a TLS listener built on
+// it (tls.NewListener) reads and writes its records that way.
+type Listener struct{ net.Listener }
+
+// Accept is the listener's next connection, wrapped.
+func (l Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return Wrap(c), nil
+}
