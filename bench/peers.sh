@@ -147,7 +147,7 @@ mkdir -p "$tmp/nginx"
 user=""
 [ "$(id -u)" -eq 0 ] && user="user root;  # workers need the temp dir; bench only"
 sed -e "s/@ORIGIN_PORT@/$origin_port/" -e "s/@PORT@/$nginx_port/" -e "s|@DIR@|$tmp/nginx|g" \
-	-e "s|@USER@|$user|" -e "s|@H2_LISTEN@|listen 127.0.0.1:$nginx_h2_port http2;|" \
+	-e "s|@USER@|$user|" -e "s|@H2_LISTEN@|listen 127.0.0.1:$nginx_h2_port http2 reuseport;|" \
 	bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
 nginx -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" 2>>"$tmp/nginx/error.log" &
 pid[nginx]=$!
