@@ -26,7 +26,10 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR] = $1} END {print (NR % 2
 # h2load_ok out what: h2load's report in file out spoke HTTP/2 over
 # cleartext and every request succeeded with a 2xx; else die naming what.
 h2load_ok() {
-	grep -q '^Application protocol: h2c' "$1" || die "$2: not HTTP/2: $(grep -i protocol "$1")"
+	# h2load's two threads print unsynchronised: the protocol line can be
+	# cut by the other thread's "Main benchmark duration is started" line.
+	grep -q '^Application protocol: h2c' "$1" || tr '\n' ' ' <"$1" | grep -q 'Application protocol: .*h2c' ||
+		die "$2: not HTTP/2: $(grep -i protocol "$1")"
 	# requests: N total, N started, N done, N succeeded, F failed, E errored, T timeout
 	# status codes: N 2xx, 0 3xx, 0 4xx, 0 5xx
 	awk '/^requests:/ {bad += $10 + $12 + $14} /^status codes:/ {bad += $5 + $7 + $9} END {exit bad > 0}' "$1" ||
