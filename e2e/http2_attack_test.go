@@ -381,6 +381,49 @@ func TestHTTP2Attacks(t *testing.T) {
 		t.Logf("settings flood: cut after %d frames written, GOAWAY code %d", frames, int(a.goaway.Load())-1)
 	})
 
+	t.Run("slow readers", func(t *testing.T) {
+		// 20 connections open windows as large as the protocol allows,
+		// ask 100 times each for a 1 MiB object, and never read: the
+		// server may send as fast as it can write. What it holds must
+		// stay bounded by its write queues and flow control, not grow
+		// with the 2 GiB asked for.
+		const conns, streams, size = 20, 100, 1 << 20
+		pid := h.shield.cmd.Process.Pid
+		before := procStatus(t, pid, "VmRSS")
+		var as []*attacker
+		path := target("/slowread", "size", strconv.Itoa(size))
+		underAttack(t, h, "slow readers", func() {
+			for range conns {
+				a := dialAttacker(t, h.cfg.Listen, false)
+				if err := a.conn.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+					t.Fatal(err)
+				}
+				as = append(as, a)
+				_ = a.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+				_ = a.fr.WriteWindowUpdate(0, 1<<31-1-65535)
+				for i := range streams {
+					_ = a.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: uint32(2*i + 1), BlockFragment: a.block(path), EndStream: true, EndHeaders: true})
+				}
+				if err := a.bw.Flush(); err != nil {
+					t.Fatalf("slow readers: sending the requests: %v", err)
+				}
+			}
+			// The server writes until its queues and the sockets are full.
+			time.Sleep(time.Second)
+		})
+		held := procStatus(t, pid, "VmRSS")
+		for _, a := range as {
+			_ = a.conn.Close()
+		}
+		t.Logf("slow readers: VmRSS %d MiB before, %d MiB with %d MiB asked and unread", before>>10, held>>10, conns*streams*size>>20)
+		// 140–210 MiB in runs here (about 100 KiB per stream blocked
+		// mid-answer: its goroutine, its copy buffer); answers buffered
+		// whole would be 2,000 MiB.
+		if grew := (held - before) << 10; grew > conns*streams*size/5 {
+			t.Errorf("slow readers: VmRSS grew by %d MiB, want under a fifth of the %d MiB asked for", grew>>20, conns*streams*size>>20)
+		}
+	})
+
 	t.Run("stream flood", func(t *testing.T) {
 		// 20 connections each open 500 streams of a slow URL (the limit
 		// is 100 per connection) and keep them open.
