@@ -408,8 +408,18 @@ func TestHTTP2Attacks(t *testing.T) {
 					t.Fatalf("slow readers: sending the requests: %v", err)
 				}
 			}
-			// The server writes until its queues and the sockets are full.
-			time.Sleep(time.Second)
+			// The server writes until its queues and the sockets are
+			// full: its memory then stops growing (two readings 100 ms
+			// apart within 1 MiB), or 5 s have passed.
+			prev := procStatus(t, pid, "VmRSS")
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+				time.Sleep(100 * time.Millisecond)
+				cur := procStatus(t, pid, "VmRSS")
+				if cur-prev < 1<<10 && cur-prev > -1<<10 {
+					break
+				}
+				prev = cur
+			}
 		})
 		held := procStatus(t, pid, "VmRSS")
 		for _, a := range as {

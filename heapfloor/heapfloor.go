@@ -21,6 +21,7 @@ package heapfloor
 
 import (
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -43,13 +44,14 @@ type Floor struct {
 }
 
 // Start keeps the heap goal at floor bytes or more, from now until Stop.
-// A floor of 0 starts nothing (the runtime's own pacing, GOGC).
+// A floor of 0 starts nothing, and neither does a GOGC environment
+// variable: the operator paces the collector (Running reports which).
 func Start(floor uint64) *Floor {
 	f := &Floor{floor: floor, percent: -2}
 	for i, name := range sampled {
 		f.sample[i].Name = name
 	}
-	if floor == 0 {
+	if floor == 0 || os.Getenv("GOGC") != "" {
 		f.stopped = true
 		return f
 	}
@@ -68,6 +70,14 @@ func (f *Floor) Stop() {
 	}
 	f.stopped = true
 	debug.SetGCPercent(100)
+}
+
+// Running reports whether the floor paces the collector (Start had a
+// floor, no GOGC was set, Stop has not been called).
+func (f *Floor) Running() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.stopped
 }
 
 // Percent is the percentage the floor set last (-2: none yet).

@@ -48,6 +48,7 @@ func churn(n int) {
 // few MiB of live heap runs it hundreds of times; the floor follows the
 // cycles (its percentage is set after each), and Stop gives GOGC 100 back.
 func TestFloor(t *testing.T) {
+	t.Setenv("GOGC", "") // the floor stands back for an operator's GOGC
 	old := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(old)
 	runtime.GC()
@@ -57,6 +58,9 @@ func TestFloor(t *testing.T) {
 	without := cycles() - c0
 
 	f := Start(128 << 20)
+	if !f.Running() {
+		t.Fatal("a 128 MiB floor without GOGC is not running")
+	}
 	if f.Percent() <= 100 {
 		t.Fatalf("percent %d after Start, want over 100 (live heap well under 64 MiB)", f.Percent())
 	}
@@ -89,5 +93,22 @@ func TestZeroFloor(t *testing.T) {
 	f.Stop()
 	if p := debug.SetGCPercent(old); p != 77 {
 		t.Errorf("GOGC %d, want 77 untouched", p)
+	}
+}
+
+// TestGOGCSet: with a GOGC environment variable the operator paces the
+// collector: the floor does not start and leaves the percentage alone.
+func TestGOGCSet(t *testing.T) {
+	t.Setenv("GOGC", "150")
+	old := debug.SetGCPercent(150)
+	defer debug.SetGCPercent(old)
+	f := Start(128 << 20)
+	runtime.GC()
+	if f.Running() {
+		t.Error("the floor runs although GOGC is set")
+	}
+	f.Stop()
+	if p := debug.SetGCPercent(old); p != 150 {
+		t.Errorf("GOGC %d, want the operator's 150 untouched", p)
 	}
 }

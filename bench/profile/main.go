@@ -51,9 +51,7 @@ func run(cfgPath, pprofAddr string) error {
 		return fmt.Errorf("profile: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if os.Getenv("GOGC") == "" { // as cmd/shield paces the collector
-		defer heapfloor.Start(uint64(cfg.Server.HeapFloor)).Stop()
-	}
+	defer heapfloor.Start(uint64(cfg.Server.HeapFloor)).Stop() // as cmd/shield paces the collector
 	p, err := proxy.New(cfg, logger)
 	if err != nil {
 		return fmt.Errorf("profile: %w", err)

@@ -68,11 +68,9 @@ func run(args []string) int {
 		return 1
 	}
 	logger := newLogger(cfg.Log)
-	// The heap floor (server.heap_floor) stands back when the operator
-	// paces the collector with GOGC.
-	if os.Getenv("GOGC") == "" {
-		defer heapfloor.Start(uint64(cfg.Server.HeapFloor)).Stop()
-	} else if cfg.Server.HeapFloor > 0 {
+	floor := heapfloor.Start(uint64(cfg.Server.HeapFloor))
+	defer floor.Stop()
+	if cfg.Server.HeapFloor > 0 && !floor.Running() {
 		logger.Info("server.heap_floor ignored: GOGC is set", "GOGC", os.Getenv("GOGC"))
 	}
 	if err := serve(*cfgPath, cfg, logger); err != nil {

@@ -102,8 +102,7 @@ func (w *h2Writer) flush() {
 		w.mu.Lock()
 		if w.q == nil || w.err != nil {
 			w.busy = false
-			closeNow := w.closed && !w.shut
-			w.shut = w.shut || closeNow
+			closeNow := w.closed && w.claimShutLocked()
 			w.mu.Unlock()
 			if closeNow {
 				_ = w.Conn.Close()
@@ -116,30 +115,50 @@ func (w *h2Writer) flush() {
 		w.mu.Unlock()
 
 		_, err := w.Conn.Write(*out)
-		if cap(*out) <= h2PoolBuffer {
-			*out = (*out)[:0]
-			h2Buffers.Put(out)
-		}
-
-		w.mu.Lock()
-		if err != nil && w.err == nil {
-			w.err = err
-			if w.q != nil { // dropped: nothing more goes out
-				*w.q = (*w.q)[:0]
-				h2Buffers.Put(w.q)
-				w.q = nil
-			}
-			w.room.Broadcast()
-		}
-		w.mu.Unlock()
+		putH2Buffer(out)
 		if err != nil {
-			// The server's reader must end too: it learns of the failure
-			// from the connection, not from a write it no longer makes.
-			w.mu.Lock()
-			w.shut = true
-			w.mu.Unlock()
-			_ = w.Conn.Close()
+			w.fail(err)
 		}
+	}
+}
+
+// fail records a failed write: what is queued is dropped, waiting and
+// later Writes return err, and the connection closes, so that the
+// server's reader ends too (it learns of the failure from the
+// connection, not from a write it no longer makes).
+func (w *h2Writer) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	if w.q != nil {
+		putH2Buffer(w.q)
+		w.q = nil
+	}
+	w.room.Broadcast()
+	closeNow := w.claimShutLocked()
+	w.mu.Unlock()
+	if closeNow {
+		_ = w.Conn.Close()
+	}
+}
+
+// claimShutLocked, under mu, reports whether the caller is the one to
+// close the connection (nobody has yet), and marks it closed.
+func (w *h2Writer) claimShutLocked() bool {
+	if w.shut {
+		return false
+	}
+	w.shut = true
+	return true
+}
+
+// putH2Buffer returns a queue buffer to the pool, emptied; one grown
+// past h2PoolBuffer is left to the collector.
+func putH2Buffer(b *[]byte) {
+	if cap(*b) <= h2PoolBuffer {
+		*b = (*b)[:0]
+		h2Buffers.Put(b)
 	}
 }
 
@@ -160,10 +179,9 @@ func (w *h2Writer) Close() error {
 		_ = w.Conn.SetWriteDeadline(time.Now().Add(h2CloseLinger))
 		return nil
 	}
-	already := w.shut
-	w.shut = true
+	closeNow := w.claimShutLocked()
 	w.mu.Unlock()
-	if already {
+	if !closeNow {
 		return nil
 	}
 	return w.Conn.Close()
