@@ -95,9 +95,12 @@ done
 log "$nk keys per side; load average $load0"
 
 clk=$(getconf CLK_TCK)
+node_ticks() { # cluster node: utime+stime of one node, in clock ticks
+	sed 's/.*) //' "/proc/${pid[$1$2]}/stat" | awk '{print $12 + $13}'
+}
 cluster_ticks() { # cluster: utime+stime of its nodes, in clock ticks
 	local t=0 i
-	for i in 1 2 3; do t=$((t + $(sed 's/.*) //' "/proc/${pid[$1$i]}/stat" | awk '{print $12 + $13}'))); done
+	for i in 1 2 3; do t=$((t + $(node_ticks "$1" $i))); done
 	echo $t
 }
 ctxsw() { # file: voluntary+nonvoluntary context switches in a status file
@@ -122,10 +125,10 @@ for r in $(seq "$rounds"); do
 	for c in A B; do
 		for s in local fwd; do
 			edge=http://127.0.0.1:$(($(cbase $c) + 1))
-			o0=$(origin_total) p0=$(peer_count $c) c0=$(cluster_ticks $c) m0=$(sysmon_switches $c) a0=$(all_switches $c) t0=$(date +%s.%N)
+			o0=$(origin_total) p0=$(peer_count $c) c0=$(cluster_ticks $c) e0=$(node_ticks $c 1) m0=$(sysmon_switches $c) a0=$(all_switches $c) t0=$(date +%s.%N)
 			BENCH_PATHS=$tmp/$c-$s.paths timeout 120 wrk -t"$threads" -c"$conns" -d"$duration" --timeout 5s \
 				-s bench/keys.lua "$edge/" >"$tmp/wrk.out" || die "wrk failed on $c $s"
-			c1=$(cluster_ticks $c) m1=$(sysmon_switches $c) a1=$(all_switches $c) t1=$(date +%s.%N) p1=$(peer_count $c)
+			c1=$(cluster_ticks $c) e1=$(node_ticks $c 1) m1=$(sysmon_switches $c) a1=$(all_switches $c) t1=$(date +%s.%N) p1=$(peer_count $c)
 			[ "$(origin_total)" = "$o0" ] || die "$c $s: the origin saw requests during a hit run"
 			! grep -q Non-2xx "$tmp/wrk.out" || die "$c $s: $(grep Non-2xx "$tmp/wrk.out")"
 			n=$(awk '/requests in/ {print $1}' "$tmp/wrk.out")
@@ -137,7 +140,7 @@ for r in $(seq "$rounds"); do
 			rps[$c,$s]+="$v " ticks[$c,$s]=$((${ticks[$c,$s]:-0} + c1 - c0)) reqs[$c,$s]=$((${reqs[$c,$s]:-0} + n))
 			sysmon[$c,$s]=$((${sysmon[$c,$s]:-0} + m1 - m0)) csw[$c,$s]=$((${csw[$c,$s]:-0} + a1 - a0))
 			secs[$c,$s]=$(awk -v a="${secs[$c,$s]:-0}" -v b="$t0" -v e="$t1" 'BEGIN {printf "%.3f", a + e - b}')
-			log "round $r $c $s: $v req/s, $((c1 - c0)) ticks for $n requests, sysmon $((m1 - m0)) switches"
+			log "round $r $c $s: $v req/s, $((c1 - c0)) ticks ($((e1 - e0)) on the edge) for $n requests, sysmon $((m1 - m0)) switches"
 		done
 	done
 done

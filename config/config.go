@@ -254,6 +254,11 @@ type Server struct {
 	// second under HTTP/2 load. Default: a quarter of cache.size, at
 	// most 64MiB; 0 turns it off; ignored when GOGC is set.
 	HeapFloor Size `yaml:"heap_floor"`
+	// AdaptiveProcs lets shield run Go code on fewer CPUs than it has
+	// while fewer serve as many requests (package procs): idle
+	// processors cost wake-ups. Default true; ignored when GOMAXPROCS is
+	// set.
+	AdaptiveProcs bool `yaml:"adaptive_procs"`
 }
 
 // ListenerTLS is the public listener's certificate.

@@ -104,6 +104,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 	ca := &c.Cache
 	setDefault(&ca.Size, has("cache.size"), defaultCacheSize)
 	setDefault(&s.HeapFloor, has("server.heap_floor"), min(defaultHeapFloor, ca.Size/4))
+	setDefault(&s.AdaptiveProcs, has("server.adaptive_procs"), true)
 	maxObject := defaultMaxObjectSize
 	if ca.Disk != nil && ca.Disk.Size > 0 {
 		// With a disk tier, objects up to 1GiB are cached when they fit

@@ -107,7 +107,7 @@ func TestFullConfig(t *testing.T) {
 		{"server", c.Server, Server{ReadTimeout: 5 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: 2 * time.Minute,
 			MaxHeaderSize: 32 * KiB, MaxBodySize: 1 * MB, DrainTimeout: 30 * time.Second, TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1"},
 			HTTP2: true, HTTP2Limits: HTTP2Limits{MaxConcurrentStreams: 100, MaxFrameSize: 16 * KiB, StreamWindow: 256 * KiB, ConnectionWindow: MiB},
-			HeapFloor: 64 * MiB}}, // a quarter of cache.size (1GiB), at most 64MiB
+			HeapFloor: 64 * MiB, AdaptiveProcs: true}}, // a quarter of cache.size (1GiB), at most 64MiB
 		{"cache", c.Cache, Cache{Size: GiB, MaxObjectSize: 16 * MiB, Path: "/var/lib/shield/cache", HitForMiss: 0,
 			MaxWaiters: 64, WaitTimeout: 3 * time.Second}},
 		{"origins.api", *c.Origins["api"], Origin{Servers: []string{"10.0.0.1:8080", "10.0.0.2:8080"}, Timeout: 2 * time.Second,
@@ -160,6 +160,7 @@ func TestDefaults(t *testing.T) {
 		{"server.max_body_size", c.Server.MaxBodySize, 4 * MiB},
 		{"server.drain_timeout", c.Server.DrainTimeout, 15 * time.Second},
 		{"server.heap_floor", c.Server.HeapFloor, 64 * MiB},
+		{"server.adaptive_procs", c.Server.AdaptiveProcs, true},
 		{"cache.size", c.Cache.Size, 512 * MiB},
 		{"cache.max_object_size", c.Cache.MaxObjectSize, 8 * MiB},
 		{"cache.path", c.Cache.Path, ""},

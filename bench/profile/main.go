@@ -31,6 +31,7 @@ import (
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/heapfloor"
+	"github.com/shield-proxy/shield/procs"
 	"github.com/shield-proxy/shield/proxy"
 	"github.com/shield-proxy/shield/routing"
 )
@@ -62,6 +63,9 @@ func run(cfgPath, pprofAddr string) error {
 		}
 	}
 	p.SetReady(true)
+	if cfg.Server.AdaptiveProcs {
+		defer procs.Start(p.Served, 0, logger).Stop() // as cmd/shield sizes GOMAXPROCS
+	}
 	srv := p.NewPublic(cfg.Server, logger) // HTTP/2 too, with server.h2c
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/heapfloor"
+	"github.com/shield-proxy/shield/procs"
 	"github.com/shield-proxy/shield/proxy"
 	"github.com/shield-proxy/shield/proxy/httpx"
 )
@@ -137,6 +138,13 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		node = cfg.Cluster.NodeID
 	}
 	p.SetNodeInfo(node, buildVersion())
+	if cfg.Server.AdaptiveProcs {
+		gov := procs.Start(p.Served, 0, logger)
+		defer gov.Stop()
+		if !gov.Running() {
+			logger.Info("server.adaptive_procs ignored", "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "cpus", gov.Ceiling())
+		}
+	}
 	pub := p.NewPublic(cfg.Server, logger)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

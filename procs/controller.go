@@ -1,0 +1,111 @@
+package procs
+
+// sample is one window's measure.
+type sample struct {
+	work float64 // units of work done per second (requests served)
+	cpu  float64 // CPU the process used, in cores (user + system)
+	wait float64 // the 99th percentile of the time goroutines waited for a processor, in seconds
+	ok   bool    // false when the window could not be measured (the work count went back)
+}
+
+// The controller's rules. A trial moves the processor count for one
+// window and keeps the move only when the work rate says it helped:
+// fewer processors are kept while the rate holds (within keepDown),
+// more only when it rises by keepUp. A failed trial waits twice as long
+// as the last before the next one in its direction, up to maxWait.
+const (
+	keepDown = 0.97
+	keepUp   = 1.05
+	busy     = 0.85 // CPU per processor at which more processors may help
+	fits     = 1.1  // a trial down needs the CPU used to fit in the fewer processors, within this
+	minWait  = 4    // windows between trials that succeed
+	maxWait  = 64   // windows between trials that keep failing
+	// surge is the goroutines' wait for a processor (99th percentile of
+	// a window) past which the count goes back to its ceiling at once: a
+	// backlog is growing, and the next trial may be a minute away.
+	surge = 0.005
+)
+
+const (
+	down = iota
+	up
+)
+
+// controller decides the processor count window by window; it holds no
+// clock and no runtime, so that its decisions can be tested on samples.
+type controller struct {
+	procs, max int
+	from       int    // during a trial, the count it moved from; else 0
+	base       sample // the window before the trial
+	wait       [2]int // windows before the next trial down, busy windows before the next up
+	fails      [2]int // consecutive failed trials down and up
+}
+
+func newController(max int) *controller {
+	return &controller{procs: max, max: max, wait: [2]int{minWait, minWait}}
+}
+
+// step takes the window just measured and returns the count for the
+// next one.
+func (c *controller) step(s sample) int {
+	if c.from != 0 {
+		c.judge(s)
+		return c.procs
+	}
+	if !s.ok {
+		return c.procs
+	}
+	if s.wait > surge && c.procs < c.max {
+		// Goroutines queue for a processor: no trial, all of them now,
+		// and a trial down waits as after a failure.
+		c.procs = c.max
+		c.fails = [2]int{1, 0}
+		c.wait = [2]int{minWait << 1, minWait}
+		return c.procs
+	}
+	// A trial down waits for windows, a trial up for busy windows: an
+	// idle spell does not use up its wait.
+	loaded := s.cpu >= busy*float64(c.procs)
+	c.wait[down] = max(0, c.wait[down]-1)
+	if loaded {
+		c.wait[up] = max(0, c.wait[up]-1)
+	}
+	var to int
+	switch {
+	case c.procs < c.max && loaded && c.wait[up] == 0:
+		to = min(c.max, 2*c.procs)
+	case c.procs > 1 && c.wait[down] == 0:
+		to = c.procs - max(1, c.procs/4)
+		if s.cpu > fits*float64(to) {
+			return c.procs // would not fit: no trial
+		}
+	default:
+		return c.procs
+	}
+	c.from, c.base, c.procs = c.procs, s, to
+	return to
+}
+
+// judge ends a trial with the window measured at its count.
+func (c *controller) judge(s sample) {
+	d := up
+	if c.procs < c.from {
+		d = down
+	}
+	kept := s.ok && s.wait <= surge
+	if d == down {
+		kept = kept && s.work >= keepDown*c.base.work
+	} else {
+		kept = kept && s.work > 0 && s.work >= keepUp*c.base.work
+	}
+	if kept {
+		c.fails[d] = 0
+		c.wait[d] = minWait
+		c.wait[1-d] = max(c.wait[1-d], 1) // not back the other way at once
+	} else {
+		c.procs = c.from
+		c.fails[d]++
+		c.wait[d] = min(maxWait, minWait<<c.fails[d])
+	}
+	c.from = 0
+}
