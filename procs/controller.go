@@ -10,13 +10,14 @@ type sample struct {
 
 // The controller's rules. A trial moves the processor count for one
 // window and keeps the move only when the work rate says it helped:
-// fewer processors are kept while the rate holds (within keepDown),
-// more only when it rises by keepUp. A failed trial waits twice as long
-// as the last before the next one in its direction, up to maxWait.
+// fewer processors are kept while the rate holds (within keepDown, about
+// the noise of a window's rate), more only when it rises by keepUp. A
+// failed trial waits twice as long as the last before the next one in
+// its direction, up to maxWait.
 const (
-	keepDown = 0.97
-	keepUp   = 1.05
-	busy     = 0.85 // CPU per processor at which more processors may help
+	keepDown = 0.99
+	keepUp   = 1.02
+	busy     = 0.85 // CPU per processor at which more processors are tried first
 	fits     = 1.1  // a trial down needs the CPU used to fit in the fewer processors, within this
 	minWait  = 4    // windows between trials that succeed
 	maxWait  = 64   // windows between trials that keep failing
@@ -37,7 +38,7 @@ type controller struct {
 	procs, max int
 	from       int    // during a trial, the count it moved from; else 0
 	base       sample // the window before the trial
-	wait       [2]int // windows before the next trial down, busy windows before the next up
+	wait       [2]int // windows before the next trial down, windows with work before the next up
 	fails      [2]int // consecutive failed trials down and up
 }
 
@@ -63,22 +64,25 @@ func (c *controller) step(s sample) int {
 		c.wait = [2]int{minWait << 1, minWait}
 		return c.procs
 	}
-	// A trial down waits for windows, a trial up for busy windows: an
-	// idle spell does not use up its wait.
-	loaded := s.cpu >= busy*float64(c.procs)
+	// A trial down waits for windows, a trial up for windows with work:
+	// an idle spell does not use up its wait. More processors are tried
+	// even when those in use are not busy, because a rate bound by
+	// latency (processors idle while the process waits for its peers)
+	// can still gain from them; when they are busy, up goes first.
+	serving := s.work > 0
 	c.wait[down] = max(0, c.wait[down]-1)
-	if loaded {
+	if serving {
 		c.wait[up] = max(0, c.wait[up]-1)
 	}
+	canUp := c.procs < c.max && serving && c.wait[up] == 0
+	lower := c.procs - max(1, c.procs/4)
+	canDown := c.procs > 1 && c.wait[down] == 0 && s.cpu <= fits*float64(lower)
 	var to int
 	switch {
-	case c.procs < c.max && loaded && c.wait[up] == 0:
+	case canUp && (s.cpu >= busy*float64(c.procs) || !canDown):
 		to = min(c.max, 2*c.procs)
-	case c.procs > 1 && c.wait[down] == 0:
-		to = c.procs - max(1, c.procs/4)
-		if s.cpu > fits*float64(to) {
-			return c.procs // would not fit: no trial
-		}
+	case canDown:
+		to = lower
 	default:
 		return c.procs
 	}

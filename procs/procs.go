@@ -6,22 +6,21 @@
 // its thread sleeps on a futex, and the next goroutine made ready (a
 // connection turning readable) wakes it again; on a virtual machine each
 // sleep and wake-up is costly. Measured on this project's 2-core bench
-// machine, one processor instead of two cut the CPU of a 100 KiB disk
-// hit by 9 % at the same request rate, and on a cluster edge forwarding
-// every request it cut the CPU per request over the three nodes by 22 %
-// and raised the edge's request rate by 13 %: the machine was shared
-// with the load generator, so the second processor bought no CPU, only
-// wake-ups.
+// machine, shared with the load generator: on a cluster edge forwarding
+// every request, one processor instead of two cut the CPU per request
+// over the three nodes by 22 % and raised the edge's request rate by
+// 13 % — the second processor bought no CPU, only wake-ups. On a 100 KiB
+// disk hit it cut CPU by 9 % but served 4 % fewer requests: that rate is
+// bound by latency, and one processor left the machine idle more often.
 //
-// Whether fewer processors would do cannot be read from the CPU used
-// (a processor starved by other processes looks as busy as a useful
-// one), so the governor tries: every few seconds it moves the count for
-// one window and keeps the move only if the work rate (requests served,
-// from the caller) says so — fewer while the rate holds, more only when
-// it rises. A failed trial backs off (4 windows, doubling to 64). When
-// goroutines queue for a processor (the runtime's scheduling latency
-// past 5 ms at the 99th percentile), the count returns to its ceiling at
-// once, without a trial.
+// CPU used cannot tell these apart (a processor starved by other
+// processes looks as busy as a useful one), so the governor tries: every
+// few seconds it moves the count for one window and keeps the move only
+// if the work rate (requests served, from the caller) says so — fewer
+// while the rate holds, more only when it rises. A failed trial backs
+// off (4 windows, doubling to 64). When goroutines queue for a processor
+// (the runtime's scheduling latency past 5 ms at the 99th percentile),
+// the count returns to its ceiling at once, without a trial.
 //
 // The cost is latency at the margin: with fewer processors, goroutines
 // made ready together run one after the other. A GOMAXPROCS environment

@@ -138,8 +138,11 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 		node = cfg.Cluster.NodeID
 	}
 	p.SetNodeInfo(node, buildVersion())
+	// The processor governor: stopped (every processor back) before a
+	// drain, so that draining and saving the snapshot use them all.
+	var gov *procs.Governor
 	if cfg.Server.AdaptiveProcs {
-		gov := procs.Start(p.Served, 0, logger)
+		gov = procs.Start(p.Served, 0, logger)
 		defer gov.Stop()
 		if !gov.Running() {
 			logger.Info("server.adaptive_procs ignored", "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "cpus", gov.Ceiling())
@@ -192,6 +195,9 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 			if sig == syscall.SIGHUP {
 				_ = p.Reload()
 				continue
+			}
+			if gov != nil {
+				gov.Stop()
 			}
 			drain := running.Load().Server.DrainTimeout
 			logger.Info("draining", "signal", sig.String(), "timeout", drain.String())
