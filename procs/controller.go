@@ -32,6 +32,17 @@ const (
 	up
 )
 
+// event is what one step did, for the governor's log.
+type event int
+
+const (
+	none   event = iota
+	trial        // a trial started
+	kept         // a trial ended, its count kept
+	undone       // a trial ended, undone
+	surged       // the count went back to its ceiling (surge)
+)
+
 // controller decides the processor count window by window; it holds no
 // clock and no runtime, so that its decisions can be tested on samples.
 type controller struct {
@@ -39,6 +50,8 @@ type controller struct {
 	from       int    // during a trial, the count it moved from; else 0
 	base       sample // the window before the trial
 	wait       [2]int // windows before the next trial down, windows with work before the next up
+	event      event  // what the last step did
+	origin     int    // the count the last trial moved from
 	fails      [2]int // consecutive failed trials down and up
 }
 
@@ -49,6 +62,7 @@ func newController(max int) *controller {
 // step takes the window just measured and returns the count for the
 // next one.
 func (c *controller) step(s sample) int {
+	c.event = none
 	if c.from != 0 {
 		c.judge(s)
 		return c.procs
@@ -59,7 +73,7 @@ func (c *controller) step(s sample) int {
 	if s.wait > surge && c.procs < c.max {
 		// Goroutines queue for a processor: no trial, all of them now,
 		// and a trial down waits as after a failure.
-		c.procs = c.max
+		c.procs, c.event = c.max, surged
 		c.fails = [2]int{1, 0}
 		c.wait = [2]int{minWait << 1, minWait}
 		return c.procs
@@ -86,7 +100,7 @@ func (c *controller) step(s sample) int {
 	default:
 		return c.procs
 	}
-	c.from, c.base, c.procs = c.procs, s, to
+	c.from, c.origin, c.base, c.procs, c.event = c.procs, c.procs, s, to, trial
 	return to
 }
 
@@ -96,13 +110,15 @@ func (c *controller) judge(s sample) {
 	if c.procs < c.from {
 		d = down
 	}
-	kept := s.ok && s.wait <= surge
+	ok := s.ok && s.wait <= surge
 	if d == down {
-		kept = kept && s.work >= keepDown*c.base.work
+		ok = ok && s.work >= keepDown*c.base.work
 	} else {
-		kept = kept && s.work > 0 && s.work >= keepUp*c.base.work
+		ok = ok && s.work > 0 && s.work >= keepUp*c.base.work
 	}
-	if kept {
+	c.event = undone
+	if ok {
+		c.event = kept
 		c.fails[d] = 0
 		c.wait[d] = minWait
 		c.wait[1-d] = max(c.wait[1-d], 1) // not back the other way at once

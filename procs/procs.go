@@ -28,6 +28,7 @@
 package procs
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"os"
@@ -118,16 +119,31 @@ func (g *Governor) run() {
 		case <-t.C:
 		}
 		s := m.measure()
-		if n := c.step(s); n != g.Procs() {
+		from := g.Procs()
+		n := c.step(s)
+		if n != from {
 			runtime.GOMAXPROCS(n)
 			g.procs.Store(int32(n))
 			g.changes.Add(1)
-			if g.log != nil {
-				g.log.Debug("processor count", "procs", n, "work_per_s", int(s.work), "cpu", s.cpu, "sched_wait_p99", time.Duration(s.wait*1e9))
-			}
 		}
+		if g.log == nil || c.event == none {
+			continue
+		}
+		// Trials are debug lines; a count kept or a surge is what an
+		// operator sees.
+		level := slog.LevelDebug
+		if c.event == kept || c.event == surged {
+			level = slog.LevelInfo
+		}
+		if c.event == kept {
+			from = c.origin
+		}
+		g.log.Log(context.Background(), level, "processor count", "event", eventNames[c.event], "procs", n, "from", from,
+			"requests_per_s", int(s.work), "cpu", math.Round(s.cpu*100)/100, "sched_wait_p99", time.Duration(s.wait*1e9))
 	}
 }
+
+var eventNames = [...]string{none: "", trial: "trial", kept: "kept", undone: "undone", surged: "surge"}
 
 // meter measures windows: the work count, the process's CPU time and
 // the runtime's scheduling latencies, each as the difference from the

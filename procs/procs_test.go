@@ -26,9 +26,15 @@ func run(c *controller, l load, n int) map[int]int {
 func TestIdleGoesToOne(t *testing.T) {
 	c := newController(4)
 	idle := func(int) sample { return sample{ok: true} }
-	run(c, idle, 40)
-	if c.procs != 1 {
-		t.Fatalf("idle process at %d processors after 40 windows, want 1", c.procs)
+	var keeps int
+	for range 40 {
+		c.step(idle(c.procs))
+		if c.event == kept {
+			keeps++
+		}
+	}
+	if c.procs != 1 || keeps != 3 {
+		t.Fatalf("idle process at %d processors after 40 windows (%d trials kept), want 1 (3: 4, 3, 2, 1)", c.procs, keeps)
 	}
 	at := run(c, idle, 100)
 	if at[1] != 100 {
@@ -82,8 +88,8 @@ func TestSurgeRestoresCeiling(t *testing.T) {
 	if c.procs != 1 {
 		t.Fatalf("idle: %d processors, want 1", c.procs)
 	}
-	if n := c.step(sample{ok: true, work: 9000, cpu: 1, wait: 0.02}); n != 8 {
-		t.Fatalf("surge at 1 processor: next count %d, want the ceiling 8", n)
+	if n := c.step(sample{ok: true, work: 9000, cpu: 1, wait: 0.02}); n != 8 || c.event != surged {
+		t.Fatalf("surge at 1 processor: next count %d (event %v), want the ceiling 8 (surge)", n, eventNames[c.event])
 	}
 }
 
@@ -135,15 +141,15 @@ func TestFailedTrialsBackOff(t *testing.T) {
 func TestUnmeasuredWindow(t *testing.T) {
 	c := newController(2)
 	c.wait = [2]int{1, 1}
-	if n := c.step(sample{ok: true, work: 100, cpu: 0.2}); n != 1 {
-		t.Fatalf("trial down not started: %d", n)
+	if n := c.step(sample{ok: true, work: 100, cpu: 0.2}); n != 1 || c.event != trial {
+		t.Fatalf("trial down not started: %d (event %q)", n, eventNames[c.event])
 	}
-	if n := c.step(sample{}); n != 2 {
-		t.Fatalf("unmeasured trial window kept the trial: %d", n)
+	if n := c.step(sample{}); n != 2 || c.event != undone {
+		t.Fatalf("unmeasured trial window kept the trial: %d (event %q)", n, eventNames[c.event])
 	}
 	for range 10 {
-		if n := c.step(sample{}); n != 2 {
-			t.Fatalf("unmeasured window started a trial: %d", n)
+		if n := c.step(sample{}); n != 2 || c.event != none {
+			t.Fatalf("unmeasured window started a trial: %d (event %q)", n, eventNames[c.event])
 		}
 	}
 }
