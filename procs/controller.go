@@ -11,14 +11,15 @@ type sample struct {
 // The controller's rules. A trial moves the processor count for one
 // window and keeps the move only when the work rate says it helped:
 // fewer processors are kept while the rate holds (within keepDown, about
-// the noise of a window's rate), more only when it rises by keepUp. A
-// failed trial waits twice as long as the last before the next one in
-// its direction, up to maxWait.
+// the noise of a window's rate) at no more CPU per unit of work, more
+// only when the rate rises by keepUp. A failed trial waits twice as long
+// as the last before the next one in its direction, up to maxWait.
 const (
-	keepDown = 0.99
+	keepDown = 0.97
 	keepUp   = 1.02
 	busy     = 0.85 // CPU per processor at which more processors are tried first
 	fits     = 1.1  // a trial down needs the CPU used to fit in the fewer processors, within this
+	dropped  = 0.8  // a trial whose rate falls below this share of the window before it is inconclusive
 	minWait  = 4    // windows between trials that succeed
 	maxWait  = 64   // windows between trials that keep failing
 	// surge is the goroutines' wait for a processor (99th percentile of
@@ -52,11 +53,12 @@ type controller struct {
 	wait       [2]int // windows before the next trial down, windows with work before the next up
 	event      event  // what the last step did
 	origin     int    // the count the last trial moved from
-	fails      [2]int // consecutive failed trials down and up
+	fails      [2]int // failed trials down and up (never forgiven: judge)
+	lastKept   int    // the direction of the last trial kept (none: -1)
 }
 
 func newController(max int) *controller {
-	return &controller{procs: max, max: max, wait: [2]int{minWait, minWait}}
+	return &controller{procs: max, max: max, wait: [2]int{minWait, minWait}, lastKept: -1}
 }
 
 // step takes the window just measured and returns the count for the
@@ -74,8 +76,8 @@ func (c *controller) step(s sample) int {
 		// Goroutines queue for a processor: no trial, all of them now,
 		// and a trial down waits as after a failure.
 		c.procs, c.event = c.max, surged
-		c.fails = [2]int{1, 0}
-		c.wait = [2]int{minWait << 1, minWait}
+		c.fails[down]++
+		c.wait[down] = c.backoff(down)
 		return c.procs
 	}
 	// A trial down waits for windows, a trial up for windows with work:
@@ -112,20 +114,48 @@ func (c *controller) judge(s sample) {
 	}
 	ok := s.ok && s.wait <= surge
 	if d == down {
-		ok = ok && s.work >= keepDown*c.base.work
+		// Fewer processors: the rate holds, and each request costs no
+		// more CPU (a rate bound by latency loses a little of both at
+		// once; a contended one gains both).
+		ok = ok && s.work >= keepDown*c.base.work && s.work*c.base.cpu >= c.base.work*s.cpu
 	} else {
 		ok = ok && s.work > 0 && s.work >= keepUp*c.base.work
 	}
 	c.event = undone
+	if s.ok && s.wait <= surge && s.work < dropped*c.base.work {
+		// The rate fell by more than a count can explain (a fit test
+		// stands before every trial down): the load changed during the
+		// trial, which says nothing either way. Undone, not a failure.
+		c.procs, c.from = c.from, 0
+		c.wait[d] = c.backoff(d)
+		return
+	}
 	if ok {
 		c.event = kept
-		c.fails[d] = 0
-		c.wait[d] = minWait
-		c.wait[1-d] = max(c.wait[1-d], 1) // not back the other way at once
+		if c.lastKept == 1-d {
+			// A round trip: the move the other way was kept too, so one
+			// of the two was the noise of a window's rate. Either way the
+			// first gained nothing lasting: it counts as failed, and the
+			// pair is closed (the next move kept starts afresh).
+			c.fails[1-d]++
+			c.lastKept = -1
+		} else {
+			c.lastKept = d
+		}
 	} else {
 		c.procs = c.from
 		c.fails[d]++
-		c.wait[d] = min(maxWait, minWait<<c.fails[d])
 	}
+	// A direction's failures are never forgiven (a process whose best
+	// count changes is found by the trials that keep coming, and by the
+	// surge rule): without that, two moves each kept by noise would
+	// reset each other and the count would wander.
+	c.wait[d] = c.backoff(d)
+	c.wait[1-d] = max(c.wait[1-d], c.backoff(1-d))
 	c.from = 0
+}
+
+// backoff is the wait before the next trial in direction d.
+func (c *controller) backoff(d int) int {
+	return min(maxWait, minWait<<min(c.fails[d], 8))
 }

@@ -17,8 +17,9 @@
 // processes looks as busy as a useful one), so the governor tries: every
 // few seconds it moves the count for one window and keeps the move only
 // if the work rate (requests served, from the caller) says so — fewer
-// while the rate holds, more only when it rises. A failed trial backs
-// off (4 windows, doubling to 64). When goroutines queue for a processor
+// while the rate holds at no more CPU per request, more only when it
+// rises. A failed trial backs off (4 windows, doubling to 64), and so
+// does a move that the next move kept undoes (the noise of a window). When goroutines queue for a processor
 // (the runtime's scheduling latency past 5 ms at the 99th percentile),
 // the count returns to its ceiling at once, without a trial.
 //
