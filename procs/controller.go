@@ -19,13 +19,17 @@ const (
 	keepUp   = 1.02
 	busy     = 0.85 // CPU per processor at which more processors are tried first
 	fits     = 1.1  // a trial down needs the CPU used to fit in the fewer processors, within this
-	dropped  = 0.8  // a trial whose rate falls below this share of the window before it is inconclusive
+	dropped  = 0.8  // a trial whose rate falls below this share of the window before it (or rises past its inverse, unless busy before a trial up) is inconclusive
 	minWait  = 4    // windows between trials that succeed
 	maxWait  = 64   // windows between trials that keep failing
 	// surge is the goroutines' wait for a processor (99th percentile of
-	// a window) past which the count goes back to its ceiling at once: a
-	// backlog is growing, and the next trial may be a minute away.
-	surge = 0.005
+	// a window) past which, with the processors busy, the count goes back
+	// to its ceiling at once: a backlog is growing, and the next trial
+	// may be a minute away. Busy matters: on a machine shared with other
+	// processes a goroutine also waits while its thread is descheduled
+	// (5 ms at the 99th percentile with two processors on the bench
+	// machine), which more processors do not cure.
+	surge = 0.010
 )
 
 const (
@@ -72,7 +76,7 @@ func (c *controller) step(s sample) int {
 	if !s.ok {
 		return c.procs
 	}
-	if s.wait > surge && c.procs < c.max {
+	if s.wait > surge && s.cpu >= busy*float64(c.procs) && c.procs < c.max {
 		// Goroutines queue for a processor: no trial, all of them now,
 		// and a trial down waits as after a failure.
 		c.procs, c.event = c.max, surged
@@ -122,10 +126,13 @@ func (c *controller) judge(s sample) {
 		ok = ok && s.work > 0 && s.work >= keepUp*c.base.work
 	}
 	c.event = undone
-	if s.ok && s.wait <= surge && s.work < dropped*c.base.work {
-		// The rate fell by more than a count can explain (a fit test
-		// stands before every trial down): the load changed during the
-		// trial, which says nothing either way. Undone, not a failure.
+	busyBefore := c.base.cpu >= busy*float64(c.from)
+	if s.ok && s.wait <= surge && (s.work < dropped*c.base.work || s.work > c.base.work/dropped && !(d == up && busyBefore)) {
+		// The rate moved by more than a count can explain — a fall (a
+		// fit test stands before every trial down), or a rise where the
+		// processors were not busy before — so the load changed during
+		// the trial, which says nothing either way. Undone, not a
+		// failure.
 		c.procs, c.from = c.from, 0
 		c.wait[d] = c.backoff(d)
 		return

@@ -89,6 +89,11 @@ func TestSurgeRestoresCeiling(t *testing.T) {
 	if c.procs != 1 {
 		t.Fatalf("idle: %d processors, want 1", c.procs)
 	}
+	// Goroutines that wait while the processor is not busy (threads
+	// descheduled by other processes, a load changing): no surge.
+	if n := c.step(sample{ok: true, work: 9000, cpu: 0.5, wait: 0.02}); n != 1 || c.event == surged {
+		t.Fatalf("long waits with the processor half idle: count %d (event %q), want 1", n, eventNames[c.event])
+	}
 	if n := c.step(sample{ok: true, work: 9000, cpu: 1, wait: 0.02}); n != 8 || c.event != surged {
 		t.Fatalf("surge at 1 processor: next count %d (event %v), want the ceiling 8 (surge)", n, eventNames[c.event])
 	}
@@ -165,7 +170,8 @@ func TestNoiseDoesNotWander(t *testing.T) {
 	}
 }
 
-// A trial during which the load falls away (a burst ends) says nothing
+// A trial during which the load falls away (a burst ends), or jumps
+// while the processors were not busy (a burst starts), says nothing
 // about the count: it is undone without counting as a failure, so the
 // next trial in that direction is not pushed back.
 func TestLoadChangeInconclusive(t *testing.T) {
@@ -179,6 +185,23 @@ func TestLoadChangeInconclusive(t *testing.T) {
 	}
 	if c.fails[down] != 0 || c.wait[down] != minWait {
 		t.Fatalf("an inconclusive trial counted: fails %d, wait %d; want 0 and %d", c.fails[down], c.wait[down], minWait)
+	}
+	// A trial up from processors half idle, during which the load
+	// doubles (a run starts): not a gain of the count, not kept.
+	c = newController(2)
+	c.procs, c.wait = 1, [2]int{1, 1}
+	if n := c.step(sample{ok: true, work: 20000, cpu: 0.4}); n != 2 {
+		t.Fatalf("trial up not started: %d", n)
+	}
+	if n := c.step(sample{ok: true, work: 40000, cpu: 0.9}); n != 1 || c.event != undone {
+		t.Fatalf("trial up as the load doubled: count %d, event %q; want 1, undone", n, eventNames[c.event])
+	}
+	// From busy processors the same doubling is the count's gain: kept.
+	c = newController(2)
+	c.procs, c.wait = 1, [2]int{1, 1}
+	c.step(sample{ok: true, work: 20000, cpu: 0.95})
+	if n := c.step(sample{ok: true, work: 40000, cpu: 1.9}); n != 2 || c.event != kept {
+		t.Fatalf("trial up from a busy processor, rate doubled: count %d, event %q; want 2, kept", n, eventNames[c.event])
 	}
 }
 
@@ -225,15 +248,16 @@ func TestGovernorLowersIdle(t *testing.T) {
 	if !g.Running() || g.Ceiling() != 2 {
 		t.Fatalf("not running (%v) or ceiling %d, want 2", g.Running(), g.Ceiling())
 	}
+	// The governor sets GOMAXPROCS, then records it (Procs, Changes).
 	deadline := time.Now().Add(10 * time.Second)
-	for runtime.GOMAXPROCS(0) != 1 {
+	for g.Procs() != 1 || g.Changes() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("idle for 10s, still GOMAXPROCS %d (governor at %d, %d changes)", runtime.GOMAXPROCS(0), g.Procs(), g.Changes())
+			t.Fatalf("idle for 10s, governor still at %d (%d changes, GOMAXPROCS %d)", g.Procs(), g.Changes(), runtime.GOMAXPROCS(0))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if g.Procs() != 1 || g.Changes() == 0 {
-		t.Fatalf("Procs %d, Changes %d after lowering", g.Procs(), g.Changes())
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Fatalf("governor at 1, GOMAXPROCS %d", n)
 	}
 	g.Stop()
 	if n := runtime.GOMAXPROCS(0); n != 2 {
