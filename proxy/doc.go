@@ -58,6 +58,8 @@
 //	purge.go             purge by URL (hard, soft) and by namespace (applied through proxy/cache)
 //	handoff.go           hand-off entries: the ones handed over, the ones taken
 //	status.go            the admin status page's data and event log
+//	served.go            Served: the requests answered so far, for the processor
+//	                     governor (package procs)
 //	metrics.go, lathist.go, metrics_help.go, metrics_runtime.go, admin.go
 //	                     Prometheus metrics and admin API
 //

@@ -148,14 +148,3 @@ func (c *resultCounts) write(w io.Writer) {
 		fmt.Fprintf(w, "%s %d\n", name, c.get(result(r)))
 	}
 }
-
-// total is the count of every result.
-func (c *resultCounts) total() uint64 {
-	var n uint64
-	for i := range c.stripes {
-		for r := range c.stripes[i].n {
-			n += c.stripes[i].n[r].Load()
-		}
-	}
-	return n
-}

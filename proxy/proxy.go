@@ -393,20 +393,6 @@ func tenantLimits(l *config.TenantLimits) admission.Limits {
 	return admission.Limits{Rate: l.Rate, Burst: l.Burst, MaxConcurrency: l.MaxConcurrency, OriginShare: l.OriginShare}
 }
 
-// Served counts the requests answered so far, every route and result
-// (shield_requests_total summed): the work rate the processor governor
-// (package procs) judges by. Routes keep their counts across reloads, so
-// it never decreases.
-func (p *Proxy) Served() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var n uint64
-	for _, m := range p.kept.routeMetrics {
-		n += m.requests.total()
-	}
-	return n
-}
-
 // writeStateMetrics exports, at scrape time, state kept by the admission
 // and breaker packages: the origins' (upstream.Registry.WriteMetrics),
 // then the tenants'.
