@@ -420,7 +420,24 @@ func TestCatchUp(t *testing.T) {
 // its cache (the gate) until every peer in its view has answered that
 // it has the node in its view; a purge it missed arrives by the sync.
 func TestPurgeSyncGate(t *testing.T) {
-	dynamic := setup{opts: func(o *Options) { o.DynamicMembership = true }}
+	// While hold is set, b's purge log answers wait for release: the
+	// stall's re-sync cannot finish before the gate is looked at.
+	var hold atomic.Bool
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { hold.Store(false); close(release) }) }
+	t.Cleanup(unhold)
+	dynamic := setup{
+		opts: func(o *Options) { o.DynamicMembership = true },
+		handler: func(n *testNode, next fasthttp.RequestHandler) fasthttp.RequestHandler {
+			return func(ctx *fasthttp.RequestCtx) {
+				if n.id == "b" && hold.Load() && string(ctx.Path()) == purgeLogPath {
+					<-release
+				}
+				next(ctx)
+			}
+		},
+	}
 	h := newHarness(t, dynamic, "a", "b")
 	a, b := h.node("a"), h.node("b")
 	waitUntil(t, "both in sync", func() bool { return !a.gate.Load() && !b.gate.Load() })
@@ -442,11 +459,15 @@ func TestPurgeSyncGate(t *testing.T) {
 	if !a.local.hasPurged("http://example.test/s") {
 		t.Error("the purge a missed did not arrive by the sync")
 	}
-	// A stall closes the cache until every peer has been asked again.
+	// A stall closes the cache until every peer has been asked again
+	// (b's answers held meanwhile: without the hold the re-sync could
+	// reopen the gate before it is read).
+	hold.Store(true)
 	a.node.Stalled(time.Now())
 	if !a.gate.Load() {
 		t.Error("a stall left the cache open")
 	}
+	unhold()
 	waitUntil(t, "a in sync after the stall", func() bool { return !a.gate.Load() })
 	if a.node.sync.pending() != 0 {
 		t.Error("sync pending after the stall")
