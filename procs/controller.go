@@ -116,7 +116,8 @@ func (c *controller) judge(s sample) {
 	if c.procs < c.from {
 		d = down
 	}
-	ok := s.ok && s.wait <= surge
+	measured := s.ok && s.wait <= surge
+	ok := measured
 	if d == down {
 		// Fewer processors: the rate holds, and each request costs no
 		// more CPU (a rate bound by latency loses a little of both at
@@ -127,7 +128,7 @@ func (c *controller) judge(s sample) {
 	}
 	c.event = undone
 	busyBefore := c.base.cpu >= busy*float64(c.from)
-	if s.ok && s.wait <= surge && (s.work < dropped*c.base.work || s.work > c.base.work/dropped && !(d == up && busyBefore)) {
+	if measured && (s.work < dropped*c.base.work || s.work > c.base.work/dropped && !(d == up && busyBefore)) {
 		// The rate moved by more than a count can explain — a fall (a
 		// fit test stands before every trial down), or a rise where the
 		// processors were not busy before — so the load changed during
