@@ -27,6 +27,9 @@
 //	entry.go       the versioned cache entry codec
 //	entryage.go    an entry's age and freshness at a time
 //	store.go       fastcache, pieces for large entries, the writer's epoch, snapshots
+//	hugepages_linux.go  fastcache's chunks from a mapping advised MADV_HUGEPAGE:
+//	               one page fault per 2 MiB as the memory tier fills
+//	hugepages_other.go  elsewhere: fastcache's own chunks
 //	piecestream.go a large entry's body read piece by piece (PieceReader), for hits
 //	inval.go       invalidation ordering: one clock, URL and tag invalidations
 //	namespaces.go  route and tenant namespace versions (purge by namespace)

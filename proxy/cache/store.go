@@ -98,6 +98,9 @@ func openStore(path string, maxBytes, maxObject int, logger *slog.Logger) *store
 }
 
 func openCache(path string, maxBytes int, logger *slog.Logger) *store {
+	if err := provisionChunks(maxBytes); err != nil {
+		logger.Warn("memory tier without huge pages", "err", err)
+	}
 	if path != "" {
 		c, err := fastcache.LoadFromFileMaxBytes(path, maxBytes)
 		switch {
