@@ -26,11 +26,11 @@ import (
 // 32 chunks with one huge page and one fault (when transparent huge pages
 // are "always" or "madvise", the default of most distributions; with
 // "never" the advice is ignored and nothing changes). Memory is still
-// taken only as the cache fills: untouched chunks are address space, and
-// a cache filling evenly over its buckets takes its chunks in list order,
-// so resident memory runs at most one huge page ahead of the chunks in
-// use. fastcache never frees chunks (Reset returns them to the list), so
-// huge pages are never split by frees.
+// taken only as fastcache takes chunks (untouched chunks are address
+// space), but a chunk begun is resident whole, not page by page: resident
+// memory runs ahead of the bytes written by up to one chunk per bucket
+// (32 MiB), and a huge page. fastcache never frees chunks (Reset returns
+// them to the list), so huge pages are never split by frees.
 //
 // The free list is fastcache's unexported state, reached by linkname:
 // fastcache offers no allocator hook. Its version is pinned in go.mod;
