@@ -3,6 +3,8 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -125,4 +127,21 @@ func provisionChunks(maxBytes int) error {
 		return fmt.Errorf("cache: madvise(MADV_HUGEPAGE) on the memory tier: %w", advice)
 	}
 	return nil
+}
+
+// thpMode is the kernel's transparent huge page mode for anonymous
+// memory ("always", "madvise" or "never"; "unknown" when it cannot be
+// read), logged at start: with "never" the tier's advice does nothing.
+func thpMode() string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return "unknown"
+	}
+	// The file lists the modes with the one in force in brackets.
+	if _, rest, ok := strings.Cut(string(b), "["); ok {
+		if mode, _, ok := strings.Cut(rest, "]"); ok {
+			return mode
+		}
+	}
+	return "unknown"
 }

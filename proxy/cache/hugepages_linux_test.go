@@ -97,3 +97,18 @@ func vmFlags(t *testing.T, addr uintptr) string {
 	t.Fatalf("no mapping holds %#x in /proc/self/smaps", addr)
 	return ""
 }
+
+// TestTHPMode reads the mode in force from the kernel's list.
+func TestTHPMode(t *testing.T) {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		if got := thpMode(); got != "unknown" {
+			t.Fatalf("thpMode() = %q without the sysfs file, want unknown", got)
+		}
+		return
+	}
+	got := thpMode()
+	if !strings.Contains(string(b), "["+got+"]") {
+		t.Fatalf("thpMode() = %q, not the bracketed mode of %q", got, b)
+	}
+}

@@ -100,6 +100,8 @@ func openStore(path string, maxBytes, maxObject int, logger *slog.Logger) *store
 func openCache(path string, maxBytes int, logger *slog.Logger) *store {
 	if err := provisionChunks(maxBytes); err != nil {
 		logger.Warn("memory tier without huge pages", "err", err)
+	} else {
+		logger.Info("memory tier on huge pages where the kernel allows", "transparent_hugepage", thpMode())
 	}
 	if path != "" {
 		c, err := fastcache.LoadFromFileMaxBytes(path, maxBytes)
