@@ -1,4 +1,4 @@
-# Sourced by the bench scripts (peers.sh, economics.sh, disk-ab.sh,
+# Sourced by the bench scripts (peers.sh, economics.sh, disk-ab.sh, misses.sh,
 # hit-ab.sh, cluster-ab.sh, profile.sh): stopping the processes a run
 # started, by PID and with their children; waiting for a server to
 # answer; the CPU a process tree used; the bench origin's request count;
