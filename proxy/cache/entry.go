@@ -3,6 +3,7 @@ package cache
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
@@ -129,9 +130,36 @@ type Entry struct {
 type Header struct{ Name, Value []byte }
 
 // AppendEntry encodes e (its body, validators and timing fields) with the
-// given vary names and headers, appending to dst.
+// given vary names and headers, appending to dst. dst grows once, to the
+// body and EntryMetaMax: appending the meta after a body that filled a
+// buffer of its own size moved the whole body again, a second allocation
+// and copy per stored miss.
 func AppendEntry(dst []byte, e *Entry, vary [][]byte, headers []Header) []byte {
+	dst = slices.Grow(dst, len(e.Body)+EntryMetaMax(e, vary, headers))
 	return AppendEntryAfterBody(append(dst, e.Body...), e, vary, headers)
+}
+
+// EntryMetaMax bounds the bytes AppendEntryAfterBody appends after e's
+// body: the fixed fields, each variable one with the longest varint
+// (binary.MaxVarintLen64) before it, the head section at its longest,
+// the tags and the footer.
+func EntryMetaMax(e *Entry, vary [][]byte, headers []Header) int {
+	const v = binary.MaxVarintLen64
+	n := 5 + 2 + 5*8 + 3*8 // magic, version, kind, status; timing; digests and seq
+	n += 2*v + len(e.ETag) + len(e.LastModified)
+	n += v
+	for _, x := range vary {
+		n += v + len(x)
+	}
+	n += 2 * v // headers section length and count
+	head := v + len("HTTP/1.1 ") + 20 + 2
+	for _, h := range headers {
+		n += 2*v + len(h.Name) + len(h.Value)
+		head += len(h.Name) + 2 + len(h.Value) + 2
+	}
+	n += head
+	n += v + len(e.Tags)
+	return n + 4 + 4 + 8 // footer: meta length, body length, checksum
 }
 
 // AppendEntryAfterBody is AppendEntry for a body already in place: e.Body

@@ -350,6 +350,9 @@ func FuzzEntryRoundTrip(f *testing.F) {
 			hs = append(hs, Header{Name: fields[i], Value: fields[i+1]})
 		}
 		enc := AppendEntry(nil, &e, vary, hs)
+		if meta, max := len(enc)-len(body), EntryMetaMax(&e, vary, hs); meta > max {
+			t.Fatalf("meta %d bytes, above EntryMetaMax %d", meta, max)
+		}
 		var got Entry
 		if err := DecodeEntry(enc, &got); err != nil {
 			t.Fatalf("decodeEntry(appendEntry(x)) = %v", err)
@@ -362,6 +365,29 @@ func FuzzEntryRoundTrip(f *testing.F) {
 			t.Fatal("appendEntry into a reused buffer differs from a fresh one")
 		}
 	})
+}
+
+// TestAppendEntryGrowsOnce: encoding a stored miss allocates its buffer
+// once, body and meta together (the meta appended after a body-sized
+// buffer used to move the body again), tags and a head section included.
+func TestAppendEntryGrowsOnce(t *testing.T) {
+	e := Entry{
+		Kind: KindResponse, Status: 200, StoredAt: 1, Lifetime: 3600e9, ETag: []byte(`"v1"`),
+		LastModified: []byte("Mon, 01 Jan 2024 00:00:00 GMT"), Body: bytes.Repeat([]byte("b"), 100<<10),
+		Tags: bytes.Repeat([]byte("12345678"), 4),
+	}
+	vary := [][]byte{[]byte("accept-encoding")}
+	var hs []Header
+	for i := range 12 {
+		hs = append(hs, Header{Name: fmt.Appendf(nil, "X-Field-%d", i), Value: bytes.Repeat([]byte("v"), 40*i)})
+	}
+	enc := AppendEntry(nil, &e, vary, hs)
+	if meta, max := len(enc)-len(e.Body), EntryMetaMax(&e, vary, hs); meta > max {
+		t.Fatalf("meta %d bytes, above EntryMetaMax %d", meta, max)
+	}
+	if allocs := testing.AllocsPerRun(20, func() { _ = AppendEntry(nil, &e, vary, hs) }); allocs != 1 {
+		t.Fatalf("AppendEntry(nil, …) made %v allocations, want 1", allocs)
+	}
 }
 
 // benchEntry is a typical small response: 1 KiB body, 8 headers.
