@@ -429,13 +429,15 @@ func TestDiskFailureDropsLargeEntry(t *testing.T) {
 	if c.Put(key, enc2, e2, PutOptions{}) {
 		t.Fatal("Put reported a dropped entry stored")
 	}
-	// 256 KiB, not more: a 32 MiB fastcache has one 64 KiB chunk per
+	// 80 KiB, not more: a 32 MiB fastcache has one 64 KiB chunk per
 	// bucket, so an entry of n 32 KiB pieces loses one at once when three
 	// hash to one bucket — about 1 in 50 for 1 MiB (32 pieces), which
-	// made this test fail now and then; about 1 in 3,000 for 8.
-	small, se := response([]byte("small"), c.Invalidations().Next(), bigBody(256<<10, "s"))
+	// made this test fail now and then, and about 1 in 3,000 for 256 KiB
+	// (8 pieces and a tail), which failed a CI run once; for 80 KiB (two
+	// pieces and a tail) all three must share a bucket, 1 in 262,144.
+	small, se := response([]byte("small"), c.Invalidations().Next(), bigBody(80<<10, "s"))
 	if res := c.Store([]byte("small"), small, se, PutOptions{}); res != Stored || !bytes.Equal(c.Get(nil, []byte("small")), small) {
-		t.Fatalf("256 KiB on a failing disk: %v, want Stored in memory", res)
+		t.Fatalf("80 KiB on a failing disk: %v, want Stored in memory", res)
 	}
 	stale, ste := response([]byte("small"), 1, "older fetch")
 	if res := c.Store([]byte("small"), stale, ste, PutOptions{}); res != Refused {
