@@ -57,16 +57,9 @@ start_shield() { # name binary port
 start_shield A "$binA" $((base + 1))
 start_shield B "$binB" $((base + 3))
 if [ "$with_nginx" = 1 ]; then
-	mkdir -p "$tmp/nginx"
-	user=""
-	[ "$(id -u)" -eq 0 ] && user="user root;  # workers need the temp dir; bench only"
-	sed -e "s/@ORIGIN_PORT@/$origin_port/" -e "s/@PORT@/$nginx_port/" -e "s|@DIR@|$tmp/nginx|g" \
-		-e "s|@USER@|$user|" -e "s|@H2_LISTEN@||" bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
-	nginx -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" 2>>"$tmp/nginx/error.log" &
-	pid[nginx]=$!
+	start_nginx $nginx_port
 	url[nginx]=http://127.0.0.1:$nginx_port
 	targets+=(nginx)
-	wait_http "${url[nginx]}/"
 fi
 
 clk=$(getconf CLK_TCK)

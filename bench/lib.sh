@@ -1,8 +1,9 @@
 # Sourced by the bench scripts (peers.sh, economics.sh, disk-ab.sh, misses.sh,
 # hit-ab.sh, cluster-ab.sh, profile.sh): stopping the processes a run
 # started, by PID and with their children; waiting for a server to
-# answer; the CPU a process tree used; the bench origin's request count;
-# and the shield configuration the side-by-side runs use. The sourcing
+# answer; starting nginx (start_nginx); the CPU a process tree used; the
+# bench origin's request count; and the shield configuration the
+# side-by-side runs use. The sourcing
 # script defines die, and before calling them sets what they read: tmp
 # (the run's directory), origin_port, and for cleanup_run the pid array
 # and optionally watchdog.
@@ -93,6 +94,20 @@ cpu_ticks() {
 		done
 	done
 	echo $t
+}
+
+# start_nginx port: nginx with bench/nginx.conf.in (no HTTP/2 port) in
+# $tmp/nginx in front of bench/origin on origin_port, its PID in
+# pid[nginx], answering before it returns.
+start_nginx() {
+	local user=""
+	mkdir -p "$tmp/nginx"
+	[ "$(id -u)" -eq 0 ] && user="user root;  # workers need the temp dir; bench only"
+	sed -e "s/@ORIGIN_PORT@/$origin_port/" -e "s/@PORT@/$1/" -e "s|@DIR@|$tmp/nginx|g" \
+		-e "s|@USER@|$user|" -e "s|@H2_LISTEN@||" bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
+	nginx -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" 2>>"$tmp/nginx/error.log" &
+	pid[nginx]=$!
+	wait_http "http://127.0.0.1:$1/" "${pid[nginx]}"
 }
 
 # origin_total: requests the bench origin has answered so far.

@@ -40,14 +40,7 @@ shield_yaml 127.0.0.1:$shield_port 127.0.0.1:$shield_admin shield >"$tmp/shield.
 bin/shield -config "$tmp/shield.yaml" 2>"$tmp/shield.log" &
 pid[shield]=$!
 wait_http "http://127.0.0.1:$shield_admin/readyz" "${pid[shield]}"
-mkdir -p "$tmp/nginx"
-user=""
-[ "$(id -u)" -eq 0 ] && user="user root;  # workers need the temp dir; bench only"
-sed -e "s/@ORIGIN_PORT@/$origin_port/" -e "s/@PORT@/$nginx_port/" -e "s|@DIR@|$tmp/nginx|g" \
-	-e "s|@USER@|$user|" -e "s|@H2_LISTEN@||" bench/nginx.conf.in >"$tmp/nginx/nginx.conf"
-nginx -e "$tmp/nginx/error.log" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" 2>>"$tmp/nginx/error.log" &
-pid[nginx]=$!
-wait_http "http://127.0.0.1:$nginx_port/" "${pid[nginx]}"
+start_nginx $nginx_port
 declare -A port=([shield]=$shield_port [nginx]=$nginx_port)
 
 query="?size=$size"
