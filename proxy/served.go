@@ -17,10 +17,8 @@ func (p *Proxy) Served() uint64 {
 // total is the count of every result.
 func (c *resultCounts) total() uint64 {
 	var n uint64
-	for i := range c.stripes {
-		for r := range c.stripes[i].n {
-			n += c.stripes[i].n[r].Load()
-		}
+	for r := range numResults {
+		n += c.get(result(r))
 	}
 	return n
 }
