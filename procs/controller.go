@@ -9,11 +9,15 @@ type sample struct {
 }
 
 // The controller's rules. A trial moves the processor count for one
-// window and keeps the move only when the work rate says it helped:
-// fewer processors are kept while the rate holds (within keepDown, about
-// the noise of a window's rate) at no more CPU per unit of work, more
-// only when the rate rises by keepUp. A failed trial waits twice as long
-// as the last before the next one in its direction, up to maxWait.
+// window, then moves it back for one more, and keeps the move only when
+// the work rate says it helped, the trial window against the mean of the
+// windows on either side of it (a bracket: a load that rises or falls
+// steadily across the three — a run warming up, a burst fading — moves
+// both sides of the bracket, not the trial's result): fewer processors
+// are kept while the rate holds (within keepDown, about the noise of a
+// window's rate) at no more CPU per unit of work, more only when the
+// rate rises by keepUp. A failed trial waits twice as long as the last
+// before the next one in its direction, up to maxWait.
 const (
 	keepDown = 0.97
 	keepUp   = 1.02
@@ -43,6 +47,7 @@ type event int
 const (
 	none   event = iota
 	trial        // a trial started
+	back         // a trial's window measured, the count back for the bracket's other side
 	kept         // a trial ended, its count kept
 	undone       // a trial ended, undone
 	surged       // the count went back to its ceiling (surge)
@@ -53,7 +58,10 @@ const (
 type controller struct {
 	procs, max int
 	from       int    // during a trial, the count it moved from; else 0
+	to         int    // during a trial, the count it tries
 	base       sample // the window before the trial
+	tried      sample // the trial's window, once measured
+	backAt     bool   // the trial's window is measured: this window is the bracket's other side
 	wait       [2]int // windows before the next trial down, windows with work before the next up
 	event      event  // what the last step did
 	origin     int    // the count the last trial moved from
@@ -70,7 +78,21 @@ func newController(max int) *controller {
 func (c *controller) step(s sample) int {
 	c.event = none
 	if c.from != 0 {
-		c.judge(s)
+		if !c.backAt {
+			// The trial's window: measured, the count goes back for the
+			// window after it (judged then), unless it says nothing.
+			c.tried, c.procs = s, c.from
+			if !s.ok || s.wait > surge {
+				// Unmeasured, or goroutines queued at the trial's
+				// count: failed, without a window after it.
+				c.judge(s, sample{})
+				return c.procs
+			}
+			c.backAt, c.event = true, back
+			return c.procs
+		}
+		c.backAt = false
+		c.judge(c.tried, s)
 		return c.procs
 	}
 	if !s.ok {
@@ -106,39 +128,46 @@ func (c *controller) step(s sample) int {
 	default:
 		return c.procs
 	}
-	c.from, c.origin, c.base, c.procs, c.event = c.procs, c.procs, s, to, trial
+	c.from, c.to, c.origin, c.base, c.procs, c.event = c.procs, to, c.procs, s, to, trial
 	return to
 }
 
-// judge ends a trial with the window measured at its count.
-func (c *controller) judge(s sample) {
+// judge ends a trial with the window measured at its count (s) and the
+// window after it, back at the count it moved from (after). The count
+// is c.from now; a trial kept moves it to c.to.
+func (c *controller) judge(s, after sample) {
 	d := up
-	if c.procs < c.from {
+	if c.to < c.from {
 		d = down
 	}
-	measured := s.ok && s.wait <= surge
-	ok := measured
+	// The reference: the mean of the windows on either side.
+	ref := sample{work: (c.base.work + after.work) / 2, cpu: (c.base.cpu + after.cpu) / 2}
+	ok := after.ok
 	if d == down {
 		// Fewer processors: the rate holds, and each request costs no
 		// more CPU (a rate bound by latency loses a little of both at
 		// once; a contended one gains both).
-		ok = ok && s.work >= keepDown*c.base.work && s.work*c.base.cpu >= c.base.work*s.cpu
+		ok = ok && s.work >= keepDown*ref.work && s.work*ref.cpu >= ref.work*s.cpu
 	} else {
-		ok = ok && s.work > 0 && s.work >= keepUp*c.base.work
+		ok = ok && s.work > 0 && s.work >= keepUp*ref.work
 	}
 	c.event = undone
 	busyBefore := c.base.cpu >= busy*float64(c.from)
-	if measured && (s.work < dropped*c.base.work || s.work > c.base.work/dropped && !(d == up && busyBefore)) {
-		// The rate moved by more than a count can explain — a fall (a
-		// fit test stands before every trial down), or a rise where the
+	moved := func(a, b float64) bool { return a < dropped*b || a > b/dropped }
+	if after.ok && (moved(after.work, c.base.work) ||
+		s.work < dropped*ref.work || s.work > ref.work/dropped && !(d == up && busyBefore)) {
+		// The rate moved by more than a count can explain — between
+		// the bracket's sides, at the same count; a fall in the trial
+		// (a fit test stands before every trial down); a rise where the
 		// processors were not busy before — so the load changed during
 		// the trial, which says nothing either way. Undone, not a
 		// failure.
-		c.procs, c.from = c.from, 0
+		c.from = 0
 		c.wait[d] = c.backoff(d)
 		return
 	}
 	if ok {
+		c.procs = c.to
 		c.event = kept
 		if c.lastKept == 1-d {
 			// A round trip: the move the other way was kept too, so one
@@ -151,7 +180,6 @@ func (c *controller) judge(s sample) {
 			c.lastKept = d
 		}
 	} else {
-		c.procs = c.from
 		c.fails[d]++
 	}
 	// A direction's failures are never forgiven (a process whose best

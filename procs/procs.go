@@ -15,13 +15,17 @@
 //
 // CPU used cannot tell these apart (a processor starved by other
 // processes looks as busy as a useful one), so the governor tries: every
-// few seconds it moves the count for one window and keeps the move only
-// if the work rate (requests served, from the caller) says so — fewer
-// while the rate holds at no more CPU per request, more only when it
-// rises. A failed trial backs off (4 windows, doubling to 64), and so
-// does a move that the next move kept undoes (the noise of a window). When goroutines queue for a processor
-// (the runtime's scheduling latency past 5 ms at the 99th percentile),
-// the count returns to its ceiling at once, without a trial.
+// few seconds it moves the count for one window, moves it back for the
+// next, and keeps the move only if the work rate (requests served, from
+// the caller) in the trial's window, against the mean of the windows on
+// either side of it, says so — fewer while the rate holds at no more CPU
+// per request, more only when it rises. The windows on both sides cancel
+// a load that changes steadily across the trial (a run warming up). A
+// failed trial backs off (4 windows, doubling to 64), and so does a move
+// that the next move kept undoes (the noise of a window). When
+// goroutines queue for busy processors (the runtime's scheduling
+// latency past 10 ms at the 99th percentile), the count returns to its
+// ceiling at once, without a trial.
 //
 // The cost is latency at the margin: with fewer processors, goroutines
 // made ready together run one after the other. A GOMAXPROCS environment
@@ -144,7 +148,7 @@ func (g *Governor) run() {
 	}
 }
 
-var eventNames = [...]string{none: "", trial: "trial", kept: "kept", undone: "undone", surged: "surge"}
+var eventNames = [...]string{none: "", trial: "trial", back: "trial measured", kept: "kept", undone: "undone", surged: "surge"}
 
 // meter measures windows: the work count, the process's CPU time and
 // the runtime's scheduling latencies, each as the difference from the

@@ -173,12 +173,16 @@ func TestNoiseDoesNotWander(t *testing.T) {
 // A trial during which the load falls away (a burst ends), or jumps
 // while the processors were not busy (a burst starts), says nothing
 // about the count: it is undone without counting as a failure, so the
-// next trial in that direction is not pushed back.
+// next trial in that direction is not pushed back. The window after the
+// trial, back at the count it moved from, shows the load moved.
 func TestLoadChangeInconclusive(t *testing.T) {
 	c := newController(2)
 	c.wait = [2]int{1, 1}
 	if n := c.step(sample{ok: true, work: 40000, cpu: 1.0}); n != 1 {
 		t.Fatalf("trial down not started: %d", n)
+	}
+	if n := c.step(sample{ok: true, work: 3000, cpu: 0.1}); n != 2 || c.event != back {
+		t.Fatalf("trial window measured: count %d, event %q; want 2 (back), trial measured", n, eventNames[c.event])
 	}
 	if n := c.step(sample{ok: true, work: 3000, cpu: 0.1}); n != 2 || c.event != undone {
 		t.Fatalf("trial as the load fell away: count %d, event %q; want 2, undone", n, eventNames[c.event])
@@ -193,15 +197,38 @@ func TestLoadChangeInconclusive(t *testing.T) {
 	if n := c.step(sample{ok: true, work: 20000, cpu: 0.4}); n != 2 {
 		t.Fatalf("trial up not started: %d", n)
 	}
+	c.step(sample{ok: true, work: 40000, cpu: 0.9})
 	if n := c.step(sample{ok: true, work: 40000, cpu: 0.9}); n != 1 || c.event != undone {
 		t.Fatalf("trial up as the load doubled: count %d, event %q; want 1, undone", n, eventNames[c.event])
 	}
-	// From busy processors the same doubling is the count's gain: kept.
+	// From busy processors the same doubling, gone once the count is
+	// back, is the count's gain: kept.
 	c = newController(2)
 	c.procs, c.wait = 1, [2]int{1, 1}
 	c.step(sample{ok: true, work: 20000, cpu: 0.95})
-	if n := c.step(sample{ok: true, work: 40000, cpu: 1.9}); n != 2 || c.event != kept {
+	c.step(sample{ok: true, work: 40000, cpu: 1.9})
+	if n := c.step(sample{ok: true, work: 20000, cpu: 0.95}); n != 2 || c.event != kept {
 		t.Fatalf("trial up from a busy processor, rate doubled: count %d, event %q; want 2, kept", n, eventNames[c.event])
+	}
+}
+
+// A load that rises steadily, whatever the count (a run warming up: 2.5 %
+// more each window, the processors never busy), raises each trial's
+// window over the one before it: judged against the windows on both
+// sides, no trial is kept and the count stays where it is.
+func TestTrendNotKept(t *testing.T) {
+	c := newController(2)
+	c.procs = 1
+	w, moves := 20000.0, 0
+	for range 25 {
+		c.step(sample{ok: true, work: w, cpu: w / 45000})
+		if c.event == kept {
+			moves++
+		}
+		w *= 1.025
+	}
+	if moves != 0 || c.procs != 1 || c.fails[up] == 0 {
+		t.Fatalf("rising load: %d moves kept, at %d, %d trials up failed; want none kept, 1, some failed", moves, c.procs, c.fails[up])
 	}
 }
 
