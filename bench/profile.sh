@@ -20,6 +20,7 @@ command -v wrk >/dev/null || { echo "wrk missing: run make bench-peers once (it 
 go build -o bin/bench-origin ./bench/origin
 go build -o bin/bench-client ./bench/client
 go build -o bin/bench-profile ./bench/profile
+go build -o bin/shield ./cmd/shield # fwd: the other two nodes
 
 tmp=$(mktemp -d)
 pids=()
