@@ -24,6 +24,7 @@ const (
 	busy     = 0.85 // CPU per processor at which more processors are tried first
 	fits     = 1.1  // a trial down needs the CPU used to fit in the fewer processors, within this
 	dropped  = 0.8  // a trial whose rate falls below this share of the window before it (or rises past its inverse, unless busy before a trial up) is inconclusive
+	steady   = 0.9  // a trial whose windows on either side differ by more than this ratio is inconclusive
 	minWait  = 4    // windows between trials that succeed
 	maxWait  = 64   // windows between trials that keep failing
 	// surge is the goroutines' wait for a processor (99th percentile of
@@ -153,15 +154,22 @@ func (c *controller) judge(s, after sample) {
 	}
 	c.event = undone
 	busyBefore := c.base.cpu >= busy*float64(c.from)
-	moved := func(a, b float64) bool { return a < dropped*b || a > b/dropped }
-	if after.ok && (moved(after.work, c.base.work) ||
+	moved := func(a, b float64) bool { return a < steady*b || a > b/steady }
+	// More processors never make a request cheaper (they add wake-ups
+	// and spinning): requests that cost markedly less CPU in a trial up
+	// were another mix of work, a load that changed.
+	cheaper := d == up && s.cpu*ref.work < keepDown*ref.cpu*s.work
+	if after.ok && (moved(after.work, c.base.work) || cheaper ||
 		s.work < dropped*ref.work || s.work > ref.work/dropped && !(d == up && busyBefore)) {
 		// The rate moved by more than a count can explain — between
-		// the bracket's sides, at the same count; a fall in the trial
+		// the bracket's sides, at the same count (by more than a tenth:
+		// a reference that moves that much cannot show the 2-3 % a
+		// trial is judged on; a load generator's run that ends in the
+		// window after); a fall in the trial
 		// (a fit test stands before every trial down); a rise where the
-		// processors were not busy before — so the load changed during
-		// the trial, which says nothing either way. Undone, not a
-		// failure.
+		// processors were not busy before; cheaper requests with more
+		// processors — so the load changed during the trial, which
+		// says nothing either way. Undone, not a failure.
 		c.from = 0
 		c.wait[d] = c.backoff(d)
 		return
