@@ -46,12 +46,14 @@ const (
 type event int
 
 const (
-	none   event = iota
-	trial        // a trial started
-	back         // a trial's window measured, the count back for the bracket's other side
-	kept         // a trial ended, its count kept
-	undone       // a trial ended, undone
-	surged       // the count went back to its ceiling (surge)
+	none         event = iota
+	trial              // a trial started
+	back               // a trial's window measured, the count back for the bracket's other side
+	kept               // a trial ended, its count kept
+	undone             // a trial ended, undone: it failed
+	inconclusive       // a trial ended, undone: the load changed during it (not a failure)
+	surged             // the count went back to its ceiling (surge)
+	events             // how many there are
 )
 
 // controller decides the processor count window by window; it holds no
@@ -170,6 +172,7 @@ func (c *controller) judge(s, after sample) {
 		// processors were not busy before; cheaper requests with more
 		// processors — so the load changed during the trial, which
 		// says nothing either way. Undone, not a failure.
+		c.event = inconclusive
 		c.from = 0
 		c.wait[d] = c.backoff(d)
 		return

@@ -57,6 +57,7 @@ type Governor struct {
 
 	procs   atomic.Int32
 	changes atomic.Uint64
+	events  [events]atomic.Uint64 // what the steps did, by event
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -104,6 +105,21 @@ func (g *Governor) Ceiling() int { return g.ceil }
 // Changes counts the processor count's changes so far.
 func (g *Governor) Changes() uint64 { return g.changes.Load() }
 
+// Stats counts what the governor did since Start: trials started, and
+// how they ended — kept, failed (undone), inconclusive (undone: the load
+// changed during the trial, not counted against it) — and surges (the
+// ceiling restored at once). Trials started but not ended are in
+// Trials only.
+type Stats struct {
+	Trials, Kept, Failed, Inconclusive, Surges uint64
+}
+
+// Stats returns the governor's counts so far.
+func (g *Governor) Stats() Stats {
+	return Stats{Trials: g.events[trial].Load(), Kept: g.events[kept].Load(), Failed: g.events[undone].Load(),
+		Inconclusive: g.events[inconclusive].Load(), Surges: g.events[surged].Load()}
+}
+
 // Stop ends the governor and gives the runtime its ceiling back.
 func (g *Governor) Stop() {
 	g.stopOnce.Do(func() { close(g.stop) })
@@ -126,6 +142,7 @@ func (g *Governor) run() {
 		s := m.measure()
 		from := g.Procs()
 		n := c.step(s)
+		g.events[c.event].Add(1)
 		if n != from {
 			runtime.GOMAXPROCS(n)
 			g.procs.Store(int32(n))
@@ -148,7 +165,8 @@ func (g *Governor) run() {
 	}
 }
 
-var eventNames = [...]string{none: "", trial: "trial", back: "trial measured", kept: "kept", undone: "undone", surged: "surge"}
+var eventNames = [events]string{none: "", trial: "trial", back: "trial measured", kept: "kept", undone: "undone",
+	inconclusive: "inconclusive", surged: "surge"}
 
 // meter measures windows: the work count, the process's CPU time and
 // the runtime's scheduling latencies, each as the difference from the

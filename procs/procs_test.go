@@ -184,8 +184,8 @@ func TestLoadChangeInconclusive(t *testing.T) {
 	if n := c.step(sample{ok: true, work: 3000, cpu: 0.1}); n != 2 || c.event != back {
 		t.Fatalf("trial window measured: count %d, event %q; want 2 (back), trial measured", n, eventNames[c.event])
 	}
-	if n := c.step(sample{ok: true, work: 3000, cpu: 0.1}); n != 2 || c.event != undone {
-		t.Fatalf("trial as the load fell away: count %d, event %q; want 2, undone", n, eventNames[c.event])
+	if n := c.step(sample{ok: true, work: 3000, cpu: 0.1}); n != 2 || c.event != inconclusive {
+		t.Fatalf("trial as the load fell away: count %d, event %q; want 2, inconclusive", n, eventNames[c.event])
 	}
 	if c.fails[down] != 0 || c.wait[down] != minWait {
 		t.Fatalf("an inconclusive trial counted: fails %d, wait %d; want 0 and %d", c.fails[down], c.wait[down], minWait)
@@ -198,8 +198,8 @@ func TestLoadChangeInconclusive(t *testing.T) {
 		t.Fatalf("trial up not started: %d", n)
 	}
 	c.step(sample{ok: true, work: 40000, cpu: 0.9})
-	if n := c.step(sample{ok: true, work: 40000, cpu: 0.9}); n != 1 || c.event != undone {
-		t.Fatalf("trial up as the load doubled: count %d, event %q; want 1, undone", n, eventNames[c.event])
+	if n := c.step(sample{ok: true, work: 40000, cpu: 0.9}); n != 1 || c.event != inconclusive {
+		t.Fatalf("trial up as the load doubled: count %d, event %q; want 1, inconclusive", n, eventNames[c.event])
 	}
 	// From busy processors the same doubling, gone once the count is
 	// back, is the count's gain: kept.
@@ -225,8 +225,8 @@ func TestUpCheaperInconclusive(t *testing.T) {
 		t.Fatalf("trial up not started: %d", n)
 	}
 	c.step(sample{ok: true, work: 50160, cpu: 1.04})
-	if n := c.step(sample{ok: true, work: 34592, cpu: 1.0}); n != 1 || c.event != undone || c.fails[up] != 0 {
-		t.Fatalf("trial up with requests a third cheaper: count %d, event %q, %d failures; want 1, undone, 0",
+	if n := c.step(sample{ok: true, work: 34592, cpu: 1.0}); n != 1 || c.event != inconclusive || c.fails[up] != 0 {
+		t.Fatalf("trial up with requests a third cheaper: count %d, event %q, %d failures; want 1, inconclusive, 0",
 			n, eventNames[c.event], c.fails[up])
 	}
 }
@@ -240,8 +240,8 @@ func TestUnsteadyBracketInconclusive(t *testing.T) {
 	c.procs, c.wait = 1, [2]int{1, 1}
 	c.step(sample{ok: true, work: 60080, cpu: 0.99})
 	c.step(sample{ok: true, work: 59902, cpu: 1.0})
-	if n := c.step(sample{ok: true, work: 52598, cpu: 0.82}); n != 1 || c.event != undone || c.fails[up] != 0 {
-		t.Fatalf("trial up as the load fell away after it: count %d, event %q, %d failures; want 1, undone, 0",
+	if n := c.step(sample{ok: true, work: 52598, cpu: 0.82}); n != 1 || c.event != inconclusive || c.fails[up] != 0 {
+		t.Fatalf("trial up as the load fell away after it: count %d, event %q, %d failures; want 1, inconclusive, 0",
 			n, eventNames[c.event], c.fails[up])
 	}
 }
@@ -309,13 +309,17 @@ func TestGovernorLowersIdle(t *testing.T) {
 	if !g.Running() || g.Ceiling() != 2 {
 		t.Fatalf("not running (%v) or ceiling %d, want 2", g.Running(), g.Ceiling())
 	}
-	// The governor sets GOMAXPROCS, then records it (Procs, Changes).
+	// The governor counts the trial kept, sets GOMAXPROCS, then records
+	// it (Stats, Procs, Changes).
 	deadline := time.Now().Add(10 * time.Second)
-	for g.Procs() != 1 || g.Changes() == 0 {
+	for g.Stats().Kept == 0 || g.Procs() != 1 || g.Changes() == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("idle for 10s, governor still at %d (%d changes, GOMAXPROCS %d)", g.Procs(), g.Changes(), runtime.GOMAXPROCS(0))
+			t.Fatalf("idle for 10s, governor still at %d (%d changes, %+v, GOMAXPROCS %d)", g.Procs(), g.Changes(), g.Stats(), runtime.GOMAXPROCS(0))
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if st := g.Stats(); st.Trials < st.Kept || st.Failed != 0 || st.Surges != 0 {
+		t.Fatalf("idle process: %+v; want trials at least kept, no failures, no surges", st)
 	}
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Fatalf("governor at 1, GOMAXPROCS %d", n)

@@ -60,8 +60,9 @@
 //	status.go            the admin status page's data and event log
 //	served.go            Served: the requests answered so far, for the processor
 //	                     governor (package procs)
-//	metrics.go, lathist.go, metrics_help.go, metrics_runtime.go, admin.go
-//	                     Prometheus metrics and admin API
+//	metrics.go, lathist.go, metrics_help.go, metrics_runtime.go, metrics_procs.go, admin.go
+//	                     Prometheus metrics (metrics_procs.go: the processor
+//	                     governor's) and admin API
 //
 // Invariants:
 //

@@ -43,6 +43,8 @@ var metricHelp = map[string][2]string{
 	"shield_cache_streamed_fill_failures_total":    {"counter", "Streamed fills whose origin body failed or ended early: not stored, their clients saw a truncated transfer."},
 	"shield_purges_total":                          {"counter", "Purges applied through the admin listener."},
 	"shield_config_reloads_total":                  {"counter", "Successful configuration reloads."},
+	"shield_procs_trials_total":                    {"counter", "Trials of the processor governor (server.adaptive_procs) that ended, by result: kept (GOMAXPROCS moved), failed (moved back), inconclusive (moved back: the load changed during the trial, not counted against it). Trials that keep being kept in turn up and down mean the best count is within a window's noise."},
+	"shield_procs_surges_total":                    {"counter", "Times goroutines queued for busy processors (scheduling latency p99 over 10ms) and the governor gave GOMAXPROCS its ceiling back at once."},
 	"shield_config_reload_failures_total":          {"counter", "Rejected configuration reloads (the running configuration stayed)."},
 	"shield_cache_entries":                         {"gauge", "Entries in the cache (fastcache)."},
 	"shield_cache_bytes":                           {"gauge", "Bytes used by the cache."},

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/shield-proxy/shield/procs"
 )
 
 // TestMetricHelpComplete: every family a proxy with traffic exports has
@@ -13,6 +15,7 @@ import (
 func TestMetricHelpComplete(t *testing.T) {
 	o := newTestOrigin(t, cacheable("x"))
 	p := newTestProxy(t, o.addr(), nil)
+	p.SetGovernor(func() procs.Stats { return procs.Stats{Trials: 9, Kept: 3, Failed: 4, Inconclusive: 1, Surges: 2} })
 	serve(p, get(t, "/a"))
 	serve(p, get(t, "/a"))
 	var raw bytes.Buffer
@@ -57,5 +60,11 @@ func TestMetricHelpComplete(t *testing.T) {
 	}
 	if types["shield_requests_total"] != 1 || types["shield_request_duration_seconds"] != 1 || types["go_gc_duration_seconds"] != 1 || types["process_cpu_seconds_total"] != 1 {
 		t.Fatalf("expected families missing: %v", types)
+	}
+	for _, want := range []string{`shield_procs_trials_total{result="kept"} 3`, `shield_procs_trials_total{result="failed"} 4`,
+		`shield_procs_trials_total{result="inconclusive"} 1`, "shield_procs_surges_total 2"} {
+		if !strings.Contains(out.String(), want+"\n") {
+			t.Errorf("scrape lacks %q", want)
+		}
 	}
 }

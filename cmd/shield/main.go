@@ -144,7 +144,9 @@ func serve(path string, cfg *config.Config, logger *slog.Logger) error {
 	if cfg.Server.AdaptiveProcs {
 		gov = procs.Start(p.Served, 0, logger)
 		defer gov.Stop()
-		if !gov.Running() {
+		if gov.Running() {
+			p.SetGovernor(gov.Stats)
+		} else {
 			logger.Info("server.adaptive_procs ignored", "GOMAXPROCS", os.Getenv("GOMAXPROCS"), "cpus", gov.Ceiling())
 		}
 	}
