@@ -532,7 +532,7 @@ func (p *Proxy) compressForwarded(ctx *fasthttp.RequestCtx, rte *route, resp *fa
 		!rte.comp.eligible(fasthttp.StatusOK, max(rte.comp.minSize, 1), h.ContentType(), h.PeekBytes(hContentEncoding), h.PeekBytes(httpx.HCacheControl)) {
 		return false
 	}
-	body, complete, err := readBody(resp, rte.comp.maxSize)
+	body, complete, err := readBody(resp, rte.comp.maxSize, 0)
 	if err != nil || !complete {
 		if err == nil {
 			ctx.Response.SetBodyStream(&streamBody{r: io.MultiReader(bytes.NewReader(body), resp.BodyStream()), resp: resp, lease: l}, -1)

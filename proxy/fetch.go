@@ -161,7 +161,7 @@ func (p *Proxy) fetchOriginAt(seq int64, f *originFetch) answer {
 	e.Body = body
 	headers, vary, _ := entryFields(resp, rte, &d, status, len(body), respTime)
 	fasthttp.ReleaseResponse(resp)
-	enc, key, res := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime)
+	enc, key, res := p.storeResponse(f.primary, &req.Header, &e, vary, headers, respTime, true)
 	if res == cache.Refused {
 		// Overtaken while in flight: an invalidation of the key, or a
 		// newer answer already stored. The requester gets it (its
@@ -216,7 +216,7 @@ func (p *Proxy) readThroughPrev(seq int64, f *originFetch, resp *fasthttp.Respon
 // Otherwise l has ended and body is the whole body.
 func readFetched(f *originFetch, resp *fasthttp.Response, l upstream.Lease) (body []byte, a answer, done bool) {
 	rte, status := f.rte, resp.StatusCode()
-	body, complete, err := readBody(resp, f.rt.maxObject)
+	body, complete, err := readBody(resp, f.rt.maxObject, metaHeadroom(resp))
 	if err != nil {
 		l.End()
 		fasthttp.ReleaseResponse(resp)
@@ -564,11 +564,28 @@ func (p *Proxy) refreshedMeanwhile(f *flight, key []byte, se *cache.Entry) bool 
 // invalidation of its URL or tags came after its fetch started, or the
 // key holds an answer whose fetch started later), cache.Dropped when a
 // failing disk tier could not keep it (putResponse).
-func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cache.Entry, vary [][]byte, headers []cache.Header, respTime time.Time) (enc, key []byte, res cache.PutResult) {
+//
+// owned says e.Body is a buffer of the caller's that nothing else reads
+// past its end (readBody's): when the meta fits in its spare capacity,
+// the entry is encoded there, after the body, instead of copying the body
+// into a new buffer; enc then shares e.Body's array.
+func (p *Proxy) storeResponse(primary []byte, h *fasthttp.RequestHeader, e *cache.Entry, vary [][]byte, headers []cache.Header, respTime time.Time, owned bool) (enc, key []byte, res cache.PutResult) {
 	key = storeKey(primary, h, vary)
 	e.KeyDigest = cachekey.Digest(key)
-	enc = cache.AppendEntry(nil, e, vary, headers)
+	if owned && cap(e.Body)-len(e.Body) >= cache.EntryMetaMax(e, vary, headers) {
+		enc = cache.AppendEntryAfterBody(e.Body, e, vary, headers)
+	} else {
+		enc = cache.AppendEntry(nil, e, vary, headers)
+	}
 	return enc, key, p.putResponse(primary, key, enc, e, vary, respTime)
+}
+
+// metaHeadroom is the room readBody leaves after a body for the entry's
+// meta (cache.EntryMetaMax): the fixed fields and a generous share per
+// response header — a guess, as the stored headers are chosen after the
+// body is read; storeResponse copies when it falls short.
+func metaHeadroom(resp *fasthttp.Response) int {
+	return 256 + 128*resp.Header.Len()
 }
 
 // refresh handles a 304 to our conditional request: the stored body is

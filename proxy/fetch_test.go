@@ -348,3 +348,63 @@ func reseal(enc []byte, metaOff int, v byte) []byte {
 	}
 	return out
 }
+
+// TestStoreInPlace: a miss's body read with room after it (readBody) is
+// encoded in place — the entry shares the body's buffer, no second copy
+// of the body — and decodes to the same entry; a body without the room,
+// or one not the caller's to append to, is copied as before.
+func TestStoreInPlace(t *testing.T) {
+	o := newTestOrigin(t, cacheable("x"))
+	p := newTestProxy(t, o.addr(), nil)
+	var h fasthttp.RequestHeader
+	now := time.Now()
+	headers := []cache.Header{{Name: []byte("Content-Type"), Value: []byte("text/plain")}}
+	want := bytes.Repeat([]byte("b"), 5000)
+	for _, c := range []struct {
+		name           string
+		short          int // bytes of room missing
+		owned, inPlace bool
+	}{
+		{"room, owned", 0, true, true},
+		{"a byte short", 1, true, false},
+		{"room, not owned", 0, false, false},
+	} {
+		e := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: now.UnixNano(), Lifetime: int64(time.Hour),
+			FetchSeq: p.cache.Invalidations().Next(), ETag: []byte(`"v1"`)}
+		room := cache.EntryMetaMax(&e, nil, headers) - c.short
+		e.Body = append(make([]byte, 0, len(want)+room), want...)
+		key := []byte("k " + c.name)
+		enc, _, res := p.storeResponse(key, &h, &e, nil, headers, now, c.owned)
+		if res != cache.Stored {
+			t.Fatalf("%s: not stored (%v)", c.name, res)
+		}
+		if shared := &enc[0] == &e.Body[0]; shared != c.inPlace {
+			t.Errorf("%s: entry shares the body's buffer: %v, want %v", c.name, shared, c.inPlace)
+		}
+		var d cache.Entry
+		if err := cache.DecodeEntryCheck(enc, &d, true); err != nil || !bytes.Equal(d.Body, want) || string(d.ETag) != `"v1"` {
+			t.Fatalf("%s: encoded entry does not decode as stored: %v, body %d bytes, ETag %q", c.name, err, len(d.Body), d.ETag)
+		}
+		if got, ok := stored(t, p, key); !ok || !bytes.Equal(got.Body, want) {
+			t.Fatalf("%s: cache holds %d bytes (found %v), want the body", c.name, len(got.Body), ok)
+		}
+	}
+}
+
+// TestReadBodyHeadroom: readBody leaves the room asked for after a body
+// read whole, whether fasthttp read it or it is read from the stream.
+func TestReadBodyHeadroom(t *testing.T) {
+	want := bytes.Repeat([]byte("x"), 3000)
+	var whole, streamed fasthttp.Response
+	whole.SetBody(want)
+	streamed.SetBodyStream(bytes.NewReader(want), len(want))
+	for name, resp := range map[string]*fasthttp.Response{"read by fasthttp": &whole, "streamed": &streamed} {
+		body, complete, err := readBody(resp, 1<<20, 300)
+		if err != nil || !complete || !bytes.Equal(body, want) {
+			t.Fatalf("%s: %d bytes, complete %v, err %v", name, len(body), complete, err)
+		}
+		if room := cap(body) - len(body); room < 300 {
+			t.Errorf("%s: %d bytes of room after the body, want at least 300", name, room)
+		}
+	}
+}

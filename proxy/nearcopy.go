@@ -48,7 +48,7 @@ func (p *Proxy) keepNearCopy(ctx *fasthttp.RequestCtx, c *cluster.Node, rt *runt
 		}
 		e.LastModified = bytes.Clone(resp.Header.PeekBytes(httpx.HLastModified))
 		headers, vary := storedHeaders(resp, now, rte, d.strip)
-		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now)
+		p.storeResponse(sc.key, &req.Header, &e, vary, headers, now, false)
 		c.NearCopyStored()
 	}
 	out := &ctx.Response

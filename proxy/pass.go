@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"slices"
@@ -147,13 +146,17 @@ func isSafe(method []byte) bool {
 	return false
 }
 
-// readBody reads the origin's body up to limit bytes. complete is false
-// when the body is larger: body then holds what was read, and the rest is
-// still in resp.BodyStream().
-func readBody(resp *fasthttp.Response, limit int) (body []byte, complete bool, err error) {
+// readBody reads the origin's body up to limit bytes into a buffer of
+// its own with at least headroom bytes free after a body read whole
+// (room for the entry's meta: storeResponse then encodes the entry in
+// place instead of copying the body into a second buffer). complete is
+// false when the body is larger: body then holds what was read, and the
+// rest is still in resp.BodyStream().
+func readBody(resp *fasthttp.Response, limit, headroom int) (body []byte, complete bool, err error) {
 	r := resp.BodyStream()
 	if r == nil {
-		return bytes.Clone(resp.Body()), true, nil
+		b := resp.Body()
+		return append(make([]byte, 0, len(b)+headroom), b...), true, nil
 	}
 	cl := resp.Header.ContentLength()
 	if cl > limit {
@@ -161,7 +164,7 @@ func readBody(resp *fasthttp.Response, limit int) (body []byte, complete bool, e
 	}
 	size := 4096
 	if cl >= 0 {
-		size = cl + 1
+		size = cl + 1 + headroom
 	}
 	buf := make([]byte, 0, size)
 	for {

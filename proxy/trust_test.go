@@ -117,11 +117,11 @@ func TestOlderFetchNeverOverwritesNewer(t *testing.T) {
 	older, newer := p.cache.Invalidations().Next(), p.cache.Invalidations().Next()
 	now := time.Now()
 	e := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: now.UnixNano(), Lifetime: int64(time.Hour), FetchSeq: newer, Body: []byte("new")}
-	if _, _, res := p.storeResponse(key, &h, &e, nil, nil, now); res != cache.Stored {
+	if _, _, res := p.storeResponse(key, &h, &e, nil, nil, now, false); res != cache.Stored {
 		t.Fatal("newer answer not stored")
 	}
 	e2 := cache.Entry{Kind: cache.KindResponse, Status: 200, StoredAt: now.UnixNano(), Lifetime: int64(time.Hour), FetchSeq: older, Body: []byte("old")}
-	if _, _, res := p.storeResponse(key, &h, &e2, nil, nil, now); res != cache.Refused {
+	if _, _, res := p.storeResponse(key, &h, &e2, nil, nil, now, false); res != cache.Refused {
 		t.Fatal("an older fetch's answer replaced a newer one")
 	}
 	p.writeHitForMiss(p.rt.Load(), key, older, now)
