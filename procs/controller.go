@@ -23,7 +23,7 @@ const (
 	keepUp   = 1.02
 	busy     = 0.85 // CPU per processor at which more processors are tried first
 	fits     = 1.1  // a trial down needs the CPU used to fit in the fewer processors, within this
-	dropped  = 0.8  // a trial whose rate falls below this share of the window before it (or rises past its inverse, unless busy before a trial up) is inconclusive
+	dropped  = 0.8  // a trial whose rate falls below this share of the windows around it (or rises past its inverse, unless busy before a trial up) is inconclusive
 	steady   = 0.9  // a trial whose windows on either side differ by more than this ratio is inconclusive
 	minWait  = 4    // windows between trials that succeed
 	maxWait  = 64   // windows between trials that keep failing
@@ -95,6 +95,16 @@ func (c *controller) step(s sample) int {
 			return c.procs
 		}
 		c.backAt = false
+		if !s.ok {
+			// The window after cannot be measured (a reload): the
+			// trial cannot be judged, which is not its failure.
+			d := up
+			if c.to < c.from {
+				d = down
+			}
+			c.event, c.from, c.wait[d] = inconclusive, 0, c.backoff(d)
+			return c.procs
+		}
 		c.judge(c.tried, s)
 		return c.procs
 	}
@@ -167,11 +177,11 @@ func (c *controller) judge(s, after sample) {
 		// the bracket's sides, at the same count (by more than a tenth:
 		// a reference that moves that much cannot show the 2-3 % a
 		// trial is judged on; a load generator's run that ends in the
-		// window after); a fall in the trial
-		// (a fit test stands before every trial down); a rise where the
-		// processors were not busy before; cheaper requests with more
-		// processors — so the load changed during the trial, which
-		// says nothing either way. Undone, not a failure.
+		// window after); a fall in the trial (a fit test stands before
+		// every trial down); a rise where the processors were not busy
+		// before; cheaper requests with more processors — so the load
+		// changed during the trial, which says nothing either way.
+		// Undone, not a failure.
 		c.event = inconclusive
 		c.from = 0
 		c.wait[d] = c.backoff(d)

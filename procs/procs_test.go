@@ -282,6 +282,16 @@ func TestUnmeasuredWindow(t *testing.T) {
 			t.Fatalf("unmeasured window started a trial: %d (event %q)", n, eventNames[c.event])
 		}
 	}
+	// The window after a trial unmeasured: the trial cannot be judged,
+	// and is not counted against its direction.
+	c = newController(2)
+	c.wait = [2]int{1, 1}
+	c.step(sample{ok: true, work: 100, cpu: 0.2})
+	c.step(sample{ok: true, work: 100, cpu: 0.1})
+	if n := c.step(sample{}); n != 2 || c.event != inconclusive || c.fails[down] != 0 || c.wait[down] != minWait {
+		t.Fatalf("trial with its window after unmeasured: count %d, event %q, %d failures, wait %d; want 2, inconclusive, 0, %d",
+			n, eventNames[c.event], c.fails[down], c.wait[down], minWait)
+	}
 }
 
 func TestQuantile(t *testing.T) {
