@@ -426,11 +426,14 @@ func TestHTTP2Attacks(t *testing.T) {
 			_ = a.conn.Close()
 		}
 		t.Logf("slow readers: VmRSS %d MiB before, %d MiB with %d MiB asked and unread", before>>10, held>>10, conns*streams*size>>20)
-		// 140–210 MiB in runs here (about 100 KiB per stream blocked
-		// mid-answer: its goroutine, its copy buffer); answers buffered
+		// 140–210 MiB in earlier runs here, 190–390 MiB on 2026-12-03
+		// at this change's parent as at the change (about 100–200 KiB
+		// per stream blocked mid-answer: its goroutine, its copy
+		// buffer, garbage not yet collected), 454 MiB once in a CI run
+		// (a fifth, the bound until then, is 400); answers buffered
 		// whole would be 2,000 MiB.
-		if grew := (held - before) << 10; grew > conns*streams*size/5 {
-			t.Errorf("slow readers: VmRSS grew by %d MiB, want under a fifth of the %d MiB asked for", grew>>20, conns*streams*size>>20)
+		if grew := (held - before) << 10; grew > conns*streams*size/3 {
+			t.Errorf("slow readers: VmRSS grew by %d MiB, want under a third of the %d MiB asked for", grew>>20, conns*streams*size>>20)
 		}
 	})
 
