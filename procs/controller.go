@@ -98,10 +98,7 @@ func (c *controller) step(s sample) int {
 		if !s.ok {
 			// The window after cannot be measured (a reload): the
 			// trial cannot be judged, which is not its failure.
-			d := up
-			if c.to < c.from {
-				d = down
-			}
+			d := c.direction()
 			c.event, c.from, c.wait[d] = inconclusive, 0, c.backoff(d)
 			return c.procs
 		}
@@ -149,10 +146,7 @@ func (c *controller) step(s sample) int {
 // window after it, back at the count it moved from (after). The count
 // is c.from now; a trial kept moves it to c.to.
 func (c *controller) judge(s, after sample) {
-	d := up
-	if c.to < c.from {
-		d = down
-	}
+	d := c.direction()
 	// The reference: the mean of the windows on either side.
 	ref := sample{work: (c.base.work + after.work) / 2, cpu: (c.base.cpu + after.cpu) / 2}
 	ok := after.ok
@@ -210,6 +204,14 @@ func (c *controller) judge(s, after sample) {
 	c.wait[d] = c.backoff(d)
 	c.wait[1-d] = max(c.wait[1-d], c.backoff(1-d))
 	c.from = 0
+}
+
+// direction is the current trial's: down or up.
+func (c *controller) direction() int {
+	if c.to < c.from {
+		return down
+	}
+	return up
 }
 
 // backoff is the wait before the next trial in direction d.
