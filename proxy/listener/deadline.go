@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/shield-proxy/shield/proxy/rawio"
 )
 
 // Coarse deadlines, kept by the connection. With read, write and idle
@@ -76,6 +78,11 @@ type deadlineConn struct {
 	// replay: bytes the sorting mux read before the connection came
 	// here (server.h2c), read before the connection's own.
 	replay []byte
+
+	// watch tells when the socket turned readable (rawio.Watch), for the
+	// read between requests; nil: none (that read waits as any read).
+	// Set at accept, before the connection is handed out.
+	watch *rawio.Watch
 }
 
 // connPhase is what a connection is doing, for its limits.
@@ -153,6 +160,7 @@ func (l coarseListener) Accept() (net.Conn, error) {
 		// here, then the connection itself is read, with raw calls.
 		dc.Conn, dc.replay = rc.Conn, rc.pending
 	}
+	dc.watchReadable()
 	return dc, nil
 }
 
@@ -162,6 +170,7 @@ func coarse(ln net.Listener, lim limits) net.Listener {
 	if lim.slack <= 0 {
 		return ln
 	}
+	rawio.StartWatcher() // with the listener, not at its first connection
 	return coarseListener{Listener: ln, lim: lim}
 }
 
@@ -179,6 +188,15 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 	if !c.unmanaged {
 		if err := c.armRead(); err != nil {
 			return 0, err
+		}
+	}
+	if c.watch != nil && len(c.replay) == 0 {
+		if c.phase == phaseIdle && !c.unmanaged {
+			// Between requests: read once the socket is readable, not
+			// before (rawio.Watch says why).
+			c.watch.Wait(at(c.readSet))
+		} else {
+			c.watch.Reading()
 		}
 	}
 	var n int
@@ -313,6 +331,9 @@ func (c *deadlineConn) flush() error {
 
 func (c *deadlineConn) Close() error {
 	ferr := c.flush()
+	if c.watch != nil {
+		c.watch.Stop()
+	}
 	if err := c.Conn.Close(); err != nil {
 		return err
 	}

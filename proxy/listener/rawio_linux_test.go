@@ -1,13 +1,20 @@
 package listener
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/shield-proxy/shield/config"
+	"github.com/valyala/fasthttp"
 )
 
 // TestRawSocketCalls: a plain connection's reads and writes are raw
@@ -161,3 +168,65 @@ func coarsePair(t *testing.T, seen []byte) (client net.Conn, c *deadlineConn) {
 	t.Cleanup(func() { sc.Close() })
 	return client, sc.(*deadlineConn)
 }
+
+// TestIdleReadWaitsForReadable: between keep-alive requests a plain
+// connection's reader waits in the readiness watcher (rawio.Watch), not
+// in a read that finds nothing; the next request wakes it and is
+// answered; the server's Shutdown releases a reader waiting there.
+func TestIdleReadWaitsForReadable(t *testing.T) {
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ReadTimeout: s.ReadTimeout, WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout}
+	pub := New(h1, s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- pub.Serve(ln, nil) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+		_ = resp.Body.Close()
+		// The answer is out: the server's reader parks in the watcher.
+		for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
+			if time.Now().After(end) {
+				t.Fatalf("after answer %d no goroutine waits in rawio.(*Watch).Wait:\n%s", i, stacks())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- pub.Shutdown() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("Shutdown did not return with a connection idle in the watcher:\n%s", stacks())
+	}
+	<-served
+	if parkedInWatch() {
+		t.Fatalf("a reader still waits in the watcher after Shutdown:\n%s", stacks())
+	}
+}
+
+func stacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+func parkedInWatch() bool { return strings.Contains(stacks(), "rawio.(*Watch).Wait(") }

@@ -56,6 +56,14 @@ func (c *deadlineConn) raw() *rawSocket {
 	return sf
 }
 
+// watchReadable registers c's socket with the process's readiness
+// watcher (rawio.NewWatch), for its reads between requests.
+func (c *deadlineConn) watchReadable() {
+	if sf := c.raw(); sf != nil {
+		c.watch = rawio.NewWatch(sf.rc)
+	}
+}
+
 // readRaw reads into b with a raw read(2); handled is false when c has
 // no descriptor.
 func (c *deadlineConn) readRaw(b []byte) (n int, handled bool, err error) {

@@ -16,6 +16,10 @@
 // too) and the cluster's peer connections on plain TCP (proxy/cluster)
 // use it; TLS peer connections (cluster.tls) keep their own calls.
 //
+// The same reason, one system call fewer, is why a connection between
+// requests waits for its socket to turn readable in a Watch (ready_linux.go)
+// instead of a read that finds nothing.
+//
 // It imports nothing of the project (internal/importrules enforces it).
 //
 // Files (internal/doccheck checks that the list names every non-test file
@@ -30,4 +34,8 @@
 //	               calls from its RawConn's callbacks, bound once (no allocation)
 //	conn_other.go  Wrap elsewhere: the connection itself
 //	listener.go    Listener: accepted connections wrapped, for TLS over raw calls
+//	ready_linux.go Watch: a socket's readiness from the process's own epoll
+//	               instance, so a connection between requests reads only once
+//	               its next request came (no read that finds nothing)
+//	ready_other.go Watch elsewhere: none (NewWatch returns nil)
 package rawio
