@@ -81,8 +81,12 @@ type deadlineConn struct {
 
 	// watch tells when the socket turned readable (rawio.Watch), for the
 	// read between requests; nil: none (that read waits as any read).
-	// Set at accept, before the connection is handed out.
-	watch *rawio.Watch
+	// Set at accept, before the connection is handed out. drained: the
+	// last read emptied the socket (it returned less than asked), the
+	// condition for waiting on the watch (epoll edges announce only
+	// bytes that come after it).
+	watch   *rawio.Watch
+	drained bool
 }
 
 // connPhase is what a connection is doing, for its limits.
@@ -191,9 +195,10 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 		}
 	}
 	if c.watch != nil && len(c.replay) == 0 {
-		if c.phase == phaseIdle && !c.unmanaged {
-			// Between requests: read once the socket is readable, not
-			// before (rawio.Watch says why).
+		if c.phase == phaseIdle && c.drained && !c.unmanaged {
+			// Between requests, the socket emptied by the last read:
+			// read once it turns readable, not before (rawio.Watch says
+			// why).
 			c.watch.Wait(at(c.readSet))
 		} else {
 			c.watch.Reading()
@@ -201,6 +206,7 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 	}
 	var n int
 	var err error
+	c.drained = false
 	if len(c.replay) > 0 {
 		n = copy(b, c.replay)
 		c.replay = c.replay[n:]
@@ -210,6 +216,11 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 		if !handled {
 			n, err = c.Conn.Read(b)
 		}
+		// A read that returned less than it could have took all the
+		// socket held: whatever comes next turns it readable again
+		// (an edge). After a full read bytes may wait that no edge
+		// will announce, so the next read must not wait for one.
+		c.drained = handled && err == nil && n < len(b)
 	}
 	if n > 0 && c.phase == phaseIdle {
 		c.phase, c.since = phaseReading, 0 // read_timeout from the next Read, if any

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -230,3 +231,37 @@ func stacks() string {
 }
 
 func parkedInWatch() bool { return strings.Contains(stacks(), "rawio.(*Watch).Wait(") }
+
+// TestIdleWaitAfterFullRead: three requests sent in one write, more
+// than the server's read buffer (fasthttp's 4 KiB), so its first read
+// leaves bytes in the socket that no later edge announces: after the
+// first answer the connection must read them, not wait for the socket to
+// turn readable again (it would wait until its idle timeout).
+func TestIdleWaitAfterFullRead(t *testing.T) {
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ReadTimeout: s.ReadTimeout, WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout}
+	ln := servePlain(t, New(h1, s, nil))
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	pad := strings.Repeat("p", 3000)
+	reqs := "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n"
+	for i := 2; i <= 3; i++ {
+		reqs += fmt.Sprintf("GET /%d HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", i, pad)
+	}
+	if _, err := c.Write([]byte(reqs)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("answer %d to pipelined requests: %v %v", i+1, resp, err)
+		}
+		_ = resp.Body.Close()
+	}
+}
