@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/shield-proxy/shield/proxy/rawio"
@@ -80,12 +81,16 @@ type deadlineConn struct {
 	replay []byte
 
 	// watch tells when the socket turned readable (rawio.Watch), for the
-	// read between requests; nil: none (that read waits as any read).
-	// Set at accept, before the connection is handed out. drained: the
+	// read between requests; made at the first such read (a connection
+	// that serves one request costs no registration), nil until then.
+	// Close may run on another goroutine: it stops the watch it finds,
+	// and one made while Close ran stops itself. drained: the
 	// last read emptied the socket (it returned less than asked), the
 	// condition for waiting on the watch (epoll edges announce only
 	// bytes that come after it).
-	watch   *rawio.Watch
+	watch   atomic.Pointer[rawio.Watch]
+	noWatch bool        // the socket cannot be watched: read as before
+	closed  atomic.Bool // Close began (for a watch made meanwhile)
 	drained bool
 }
 
@@ -164,7 +169,6 @@ func (l coarseListener) Accept() (net.Conn, error) {
 		// here, then the connection itself is read, with raw calls.
 		dc.Conn, dc.replay = rc.Conn, rc.pending
 	}
-	dc.watchReadable()
 	return dc, nil
 }
 
@@ -194,14 +198,20 @@ func (c *deadlineConn) Read(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if c.watch != nil && len(c.replay) == 0 {
+	if len(c.replay) == 0 && !c.noWatch {
 		if c.phase == phaseIdle && c.drained && !c.unmanaged {
 			// Between requests, the socket emptied by the last read:
 			// read once it turns readable, not before (rawio.Watch says
 			// why).
-			c.watch.Wait(at(c.readSet))
-		} else {
-			c.watch.Reading()
+			w := c.watch.Load()
+			if w == nil {
+				w = c.watchReadable()
+			}
+			if w != nil {
+				w.Wait(at(c.readSet))
+			}
+		} else if w := c.watch.Load(); w != nil {
+			w.Reading()
 		}
 	}
 	var n int
@@ -342,8 +352,9 @@ func (c *deadlineConn) flush() error {
 
 func (c *deadlineConn) Close() error {
 	ferr := c.flush()
-	if c.watch != nil {
-		c.watch.Stop()
+	c.closed.Store(true)
+	if w := c.watch.Load(); w != nil {
+		w.Stop()
 	}
 	if err := c.Conn.Close(); err != nil {
 		return err

@@ -265,3 +265,66 @@ func TestIdleWaitAfterFullRead(t *testing.T) {
 		_ = resp.Body.Close()
 	}
 }
+
+// TestWatchMadeAtFirstIdleRead: a connection registers its socket with
+// the watcher only at its first read between requests (one that serves a
+// single request costs no registration), reads what came after the wait,
+// and Close releases a read waiting there.
+func TestWatchMadeAtFirstIdleRead(t *testing.T) {
+	client, c := coarsePair(t, nil)
+	buf := make([]byte, 64)
+	if _, err := client.Write([]byte("request 1")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "request 1" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if _, err := c.Write([]byte("answer 1")); err != nil {
+		t.Fatal(err)
+	}
+	if c.watch.Load() != nil {
+		t.Fatal("a watch made before the first read between requests")
+	}
+	got := make(chan string, 1)
+	go func() {
+		n, err := c.Read(buf) // between requests: registers, then waits
+		got <- fmt.Sprint(string(buf[:n]), err)
+	}()
+	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
+		if time.Now().After(end) {
+			t.Fatalf("the read between requests does not wait in the watcher:\n%s", stacks())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if c.watch.Load() == nil {
+		t.Fatal("no watch after the first read between requests")
+	}
+	if _, err := client.Write([]byte("request 2")); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != "request 2<nil>" {
+		t.Fatalf("read after the wait: %s, want request 2", s)
+	}
+	if _, err := c.Write([]byte("answer 2")); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := c.Read(buf)
+		got <- fmt.Sprint(err)
+	}()
+	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
+		if time.Now().After(end) {
+			t.Fatalf("the second read between requests does not wait in the watcher:\n%s", stacks())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = c.Close()
+	select {
+	case s := <-got:
+		if !strings.Contains(s, "closed") {
+			t.Fatalf("read after Close: %s, want a closed connection's error", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not release a read waiting in the watcher")
+	}
+}

@@ -57,11 +57,22 @@ func (c *deadlineConn) raw() *rawSocket {
 }
 
 // watchReadable registers c's socket with the process's readiness
-// watcher (rawio.NewWatch), for its reads between requests.
-func (c *deadlineConn) watchReadable() {
+// watcher (rawio.NewWatch) and returns its watch; nil (and noWatch set)
+// when it cannot be watched.
+func (c *deadlineConn) watchReadable() *rawio.Watch {
+	var w *rawio.Watch
 	if sf := c.raw(); sf != nil {
-		c.watch = rawio.NewWatch(sf.rc)
+		w = rawio.NewWatch(sf.rc)
 	}
+	if w == nil {
+		c.noWatch = true
+		return nil
+	}
+	c.watch.Store(w)
+	if c.closed.Load() {
+		w.Stop() // Close ran meanwhile and may not have seen w
+	}
+	return w
 }
 
 // readRaw reads into b with a raw read(2); handled is false when c has

@@ -2,6 +2,8 @@
 
 package listener
 
+import "github.com/shield-proxy/shield/proxy/rawio"
+
 // rawSocket: no raw socket calls outside Linux.
 type rawSocket struct{}
 
@@ -9,7 +11,12 @@ type rawSocket struct{}
 // FileSection is read like any body stream.
 func (c *deadlineConn) sendSection(int, int64, int64) (int64, bool, error) { return 0, false, nil }
 
-func (c *deadlineConn) watchReadable()                              {}
 func (c *deadlineConn) readRaw([]byte) (int, bool, error)           { return 0, false, nil }
 func (c *deadlineConn) writeRaw([]byte) (int, bool, error)          { return 0, false, nil }
 func (c *deadlineConn) writevRaw([]byte, []byte) (int, bool, error) { return 0, false, nil }
+
+// watchReadable: no readiness watcher outside Linux.
+func (c *deadlineConn) watchReadable() *rawio.Watch {
+	c.noWatch = true
+	return nil
+}

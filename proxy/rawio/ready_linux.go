@@ -163,20 +163,15 @@ func (wt *Watch) Stop() {
 		wt.wake <- struct{}{}
 	}
 	w := theWatcher
-	if w.forget(wt) {
-		_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(wt.fd), nil)
-	}
-}
-
-// forget clears wt's slot; false when it was not there (stopped before).
-func (w *watcher) forget(wt *Watch) bool {
+	// Under the lock, so that a descriptor number closed and taken by a
+	// new socket meanwhile is not taken out of epoll for it: the new one
+	// sets its slot under the lock before registering.
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if int(wt.fd) < len(w.byFD) && w.byFD[wt.fd] == wt {
 		w.byFD[wt.fd] = nil
-		return true
+		_ = syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, int(wt.fd), nil)
 	}
-	return false
 }
 
 // notify is the watcher's: the socket turned readable.
