@@ -11,8 +11,10 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/shield-proxy/shield/config"
 	"github.com/valyala/fasthttp"
@@ -327,4 +329,119 @@ func TestWatchMadeAtFirstIdleRead(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not release a read waiting in the watcher")
 	}
+}
+
+// TestIdleWaitAfterPeerEnded: two pipelined requests and the client's
+// FIN arrive together; the server's read takes both requests but not
+// the end: after the answers the connection must see EOF and close, not
+// wait for an edge that never comes.
+func TestIdleWaitAfterPeerEnded(t *testing.T) {
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ReadTimeout: s.ReadTimeout, WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout}
+	ln := servePlain(t, New(h1, s, nil))
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := c.Write([]byte("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := io.ReadAll(c) // both answers, then the server's close
+	if err != nil {
+		t.Fatalf("after the FIN the server neither answered all nor closed: %v (read %q)", err, rest)
+	}
+	if n := strings.Count(string(rest), "HTTP/1.1 200"); n != 2 {
+		t.Fatalf("%d answers, want 2: %q", n, rest)
+	}
+}
+
+// TestIdleWaitAfterEndTaken: the client's FIN comes with the rest of a
+// request, read without a wait (which clears the edges so far): after
+// the answer the read between requests must see EOF at once — the end
+// stays, no later edge would announce it.
+func TestIdleWaitAfterEndTaken(t *testing.T) {
+	client, c := coarsePair(t, nil)
+	buf := make([]byte, 64)
+	read := func(want string) {
+		t.Helper()
+		if n, err := c.Read(buf); err != nil || string(buf[:n]) != want {
+			t.Fatalf("read %q, %v; want %q", buf[:n], err, want)
+		}
+	}
+	if _, err := client.Write([]byte("req1")); err != nil {
+		t.Fatal(err)
+	}
+	read("req1")
+	if _, err := c.Write([]byte("ans1")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() { n, err := c.Read(buf); got <- fmt.Sprint(string(buf[:n]), err) }()
+	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
+		if time.Now().After(end) {
+			t.Fatalf("no wait in the watcher:\n%s", stacks())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := client.Write([]byte("req2a")); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != "req2a<nil>" {
+		t.Fatalf("read %s, want req2a", s)
+	}
+	if _, err := client.Write([]byte("req2b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	// Both the bytes and the FIN are at the server before it reads.
+	for end := time.Now().Add(5 * time.Second); !peerEnded(t, c); {
+		if time.Now().After(end) {
+			t.Fatal("the client's FIN never reached the server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	read("req2b")
+	if _, err := c.Write([]byte("ans2")); err != nil {
+		t.Fatal(err)
+	}
+	go func() { n, err := c.Read(buf); got <- fmt.Sprint(n, err) }()
+	select {
+	case s := <-got:
+		if s != "0 EOF" {
+			t.Fatalf("read after the end: %s, want 0 EOF", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the read between requests waits for an edge after the peer's end was taken")
+	}
+}
+
+// peerEnded reports whether c's socket has seen its peer's FIN (poll
+// with POLLRDHUP, not waiting).
+func peerEnded(t *testing.T, c *deadlineConn) bool {
+	t.Helper()
+	const pollRDHUP = 0x2000
+	var revents int16
+	err := c.raw().rc.Control(func(fd uintptr) {
+		pfd := struct {
+			fd              int32
+			events, revents int16
+		}{int32(fd), pollRDHUP, 0}
+		_, _, e := syscall.Syscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&pfd)), 1, 0)
+		if e != 0 {
+			t.Errorf("poll: %v", e)
+		}
+		revents = pfd.revents
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revents&pollRDHUP != 0
 }

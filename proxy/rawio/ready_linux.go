@@ -33,12 +33,15 @@ type Watch struct {
 }
 
 // A Watch's states. ready: an edge came while nobody waited (the next
-// Wait returns at once); waiting: a Wait is parked on wake; stopped:
-// Wait returns at once, always.
+// Wait returns at once); waiting: a Wait is parked on wake; ended: the
+// peer ended its side or the socket failed, which a read does not take
+// away (each returns at once, EOF or the error) — Wait returns at once,
+// always; stopped: the same, after Stop.
 const (
 	watchIdle uint32 = iota
 	watchReady
 	watchWaiting
+	watchEnded
 	watchStopped
 )
 
@@ -132,7 +135,7 @@ func (wt *Watch) Wait(deadline time.Time) {
 			if wt.state.CompareAndSwap(watchReady, watchIdle) {
 				return
 			}
-		case watchStopped:
+		case watchEnded, watchStopped:
 			return
 		default: // idle
 			wt.deadline.Store(until)
@@ -174,8 +177,21 @@ func (wt *Watch) Stop() {
 	}
 }
 
-// notify is the watcher's: the socket turned readable.
-func (wt *Watch) notify() {
+// notify is the watcher's: the socket turned readable; ended: the peer
+// ended its side (EPOLLRDHUP) or the socket failed (EPOLLHUP, EPOLLERR).
+func (wt *Watch) notify(ended bool) {
+	for ended {
+		s := wt.state.Load()
+		if s == watchEnded || s == watchStopped {
+			return
+		}
+		if wt.state.CompareAndSwap(s, watchEnded) {
+			if s == watchWaiting {
+				wt.wake <- struct{}{}
+			}
+			return
+		}
+	}
 	for {
 		switch s := wt.state.Load(); s {
 		case watchWaiting:
@@ -187,7 +203,7 @@ func (wt *Watch) notify() {
 			if wt.state.CompareAndSwap(watchIdle, watchReady) {
 				return
 			}
-		default: // ready already, or stopped
+		default: // ready already, ended or stopped
 			return
 		}
 	}
@@ -260,7 +276,7 @@ func (w *watcher) drain(fd uintptr) bool {
 		for i := range int(n) {
 			if fd := int(w.events[i].Fd); fd < len(w.byFD) {
 				if wt := w.byFD[fd]; wt != nil {
-					wt.notify()
+					wt.notify(w.events[i].Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0)
 				}
 			}
 		}

@@ -236,3 +236,31 @@ func (w *watcher) holds(wt *Watch) bool {
 	defer w.mu.Unlock()
 	return int(wt.fd) < len(w.byFD) && w.byFD[wt.fd] == wt
 }
+
+// TestWatchPeerEnded: bytes and the peer's FIN come together; the read
+// takes the bytes (the edge cleared by Reading, as a request's read
+// does) but not the end, which no later edge announces: every Wait from
+// then on returns at once, so the read after it sees EOF.
+func TestWatchPeerEnded(t *testing.T) {
+	w, c, client := watchPair(t)
+	if _, err := client.Write([]byte("last")); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	waitForState(t, w, watchEnded)
+	w.Reading()
+	buf := make([]byte, 16)
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "last" {
+		t.Fatalf("read %q, %v; want last", buf[:n], err)
+	}
+	for i := range 2 {
+		if !returns(func() { w.Wait(time.Time{}) }, 5*time.Second) {
+			t.Fatalf("Wait %d parked after the peer ended its side", i+1)
+		}
+	}
+	if n, err := c.Read(buf); n != 0 || err != io.EOF {
+		t.Fatalf("read after the end: %d, %v; want EOF", n, err)
+	}
+}
