@@ -204,12 +204,7 @@ func TestIdleReadWaitsForReadable(t *testing.T) {
 		}
 		_ = resp.Body.Close()
 		// The answer is out: the server's reader parks in the watcher.
-		for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
-			if time.Now().After(end) {
-				t.Fatalf("after answer %d no goroutine waits in rawio.(*Watch).Wait:\n%s", i, stacks())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitParked(t, fmt.Sprintf("after answer %d no goroutine waits in rawio.(*Watch).Wait", i))
 	}
 	done := make(chan error, 1)
 	go func() { done <- pub.Shutdown() }()
@@ -234,22 +229,25 @@ func stacks() string {
 
 func parkedInWatch() bool { return strings.Contains(stacks(), "rawio.(*Watch).Wait(") }
 
+// waitParked polls until a goroutine waits in rawio.(*Watch).Wait;
+// failing names what was expected.
+func waitParked(t *testing.T, failing string) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
+		if time.Now().After(end) {
+			t.Fatalf("%s:\n%s", failing, stacks())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestIdleWaitAfterFullRead: three requests sent in one write, more
 // than the server's read buffer (fasthttp's 4 KiB), so its first read
 // leaves bytes in the socket that no later edge announces: after the
 // first answer the connection must read them, not wait for the socket to
 // turn readable again (it would wait until its idle timeout).
 func TestIdleWaitAfterFullRead(t *testing.T) {
-	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}
-	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
-		ReadTimeout: s.ReadTimeout, WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout}
-	ln := servePlain(t, New(h1, s, nil))
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	c := dialOK(t)
 	pad := strings.Repeat("p", 3000)
 	reqs := "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n"
 	for i := 2; i <= 3; i++ {
@@ -292,12 +290,7 @@ func TestWatchMadeAtFirstIdleRead(t *testing.T) {
 		n, err := c.Read(buf) // between requests: registers, then waits
 		got <- fmt.Sprint(string(buf[:n]), err)
 	}()
-	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
-		if time.Now().After(end) {
-			t.Fatalf("the read between requests does not wait in the watcher:\n%s", stacks())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, "the read between requests does not wait in the watcher")
 	if c.watch.Load() == nil {
 		t.Fatal("no watch after the first read between requests")
 	}
@@ -314,12 +307,7 @@ func TestWatchMadeAtFirstIdleRead(t *testing.T) {
 		_, err := c.Read(buf)
 		got <- fmt.Sprint(err)
 	}()
-	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
-		if time.Now().After(end) {
-			t.Fatalf("the second read between requests does not wait in the watcher:\n%s", stacks())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, "the second read between requests does not wait in the watcher")
 	_ = c.Close()
 	select {
 	case s := <-got:
@@ -336,16 +324,7 @@ func TestWatchMadeAtFirstIdleRead(t *testing.T) {
 // the end: after the answers the connection must see EOF and close, not
 // wait for an edge that never comes.
 func TestIdleWaitAfterPeerEnded(t *testing.T) {
-	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}
-	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
-		ReadTimeout: s.ReadTimeout, WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout}
-	ln := servePlain(t, New(h1, s, nil))
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	c := dialOK(t)
 	if _, err := c.Write([]byte("GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -383,12 +362,7 @@ func TestIdleWaitAfterEndTaken(t *testing.T) {
 	}
 	got := make(chan string, 1)
 	go func() { n, err := c.Read(buf); got <- fmt.Sprint(string(buf[:n]), err) }()
-	for end := time.Now().Add(5 * time.Second); !parkedInWatch(); {
-		if time.Now().After(end) {
-			t.Fatalf("no wait in the watcher:\n%s", stacks())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitParked(t, "no wait in the watcher")
 	if _, err := client.Write([]byte("req2a")); err != nil {
 		t.Fatal(err)
 	}
@@ -444,4 +418,22 @@ func peerEnded(t *testing.T, c *deadlineConn) bool {
 		t.Fatal(err)
 	}
 	return revents&pollRDHUP != 0
+}
+
+// dialOK serves a handler answering "ok" through Public (plain, coarse
+// deadlines) and returns a client connection to it, its deadline 3 s
+// away.
+func dialOK(t *testing.T) net.Conn {
+	t.Helper()
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 10 * time.Second}
+	h1 := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") },
+		ReadTimeout: s.ReadTimeout, WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout}
+	ln := servePlain(t, New(h1, s, nil))
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	return c
 }
