@@ -121,9 +121,12 @@ const epollET = 1 << 31
 
 // Wait parks until the socket turned readable since the last Wait (at
 // once if it did), the deadline (zero: none) passed by up to sweepEvery,
-// or Stop. It may return with nothing to read (an edge
-// for bytes an earlier read took): the caller's read then waits as any
-// read does. It never consumes a byte.
+// or Stop. It may return with nothing to read (an edge for bytes an
+// earlier read took): the caller's read then waits as any read does. It
+// never consumes a byte. Call it only after a read that emptied the
+// socket (returned less than it asked for): an edge announces only bytes
+// that come after it, so bytes a full read left behind would never wake
+// it.
 func (wt *Watch) Wait(deadline time.Time) {
 	var until int64
 	if !deadline.IsZero() {
@@ -180,30 +183,20 @@ func (wt *Watch) Stop() {
 // notify is the watcher's: the socket turned readable; ended: the peer
 // ended its side (EPOLLRDHUP) or the socket failed (EPOLLHUP, EPOLLERR).
 func (wt *Watch) notify(ended bool) {
-	for ended {
-		s := wt.state.Load()
-		if s == watchEnded || s == watchStopped {
-			return
-		}
-		if wt.state.CompareAndSwap(s, watchEnded) {
-			if s == watchWaiting {
-				wt.wake <- struct{}{}
-			}
-			return
-		}
-	}
 	for {
-		switch s := wt.state.Load(); s {
-		case watchWaiting:
-			if wt.state.CompareAndSwap(watchWaiting, watchIdle) {
-				wt.wake <- struct{}{}
-				return
-			}
-		case watchIdle:
-			if wt.state.CompareAndSwap(watchIdle, watchReady) {
-				return
-			}
-		default: // ready already, ended or stopped
+		s := wt.state.Load()
+		next := watchReady
+		switch {
+		case s == watchEnded || s == watchStopped:
+			return // nothing to add: every Wait returns at once
+		case ended:
+			next = watchEnded
+		case s == watchReady:
+			return
+		case s == watchWaiting:
+			next = watchIdle // the edge goes to the Wait it releases
+		}
+		if wt.move(s, next) {
 			return
 		}
 	}
@@ -211,12 +204,21 @@ func (wt *Watch) notify(ended bool) {
 
 // expire releases a Wait past its deadline (now: nanoseconds since epoch).
 func (wt *Watch) expire(now int64) {
-	if d := wt.deadline.Load(); d == 0 || d > now {
-		return
+	if d := wt.deadline.Load(); d != 0 && d <= now {
+		wt.move(watchWaiting, watchIdle)
 	}
-	if wt.state.CompareAndSwap(watchWaiting, watchIdle) {
+}
+
+// move changes the state from to next, releasing the parked Wait when
+// it leaves waiting; false when the state was not from.
+func (wt *Watch) move(from, next uint32) bool {
+	if !wt.state.CompareAndSwap(from, next) {
+		return false
+	}
+	if from == watchWaiting {
 		wt.wake <- struct{}{}
 	}
+	return true
 }
 
 // startWatcher makes the process's epoll instance and starts its
