@@ -24,7 +24,9 @@
 # forwarded run forwarded less than 99% of its requests.
 #
 # Env: ROUNDS (5), DURATION (5s), CONNS (64), THREADS (2), CLUSTER_KEYS
-# (1500), PORT_BASE (19700: uses PORT_BASE..+40). Everything it starts is
+# (1500), PORT_BASE (19700: uses PORT_BASE..+40), HOLD (0; 1 keeps both
+# clusters running after warming, printing the PIDs, ports and key files,
+# until interrupted: for perf against one node). Everything it starts is
 # killed by PID on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,6 +95,15 @@ for c in A B; do
 	[ "$(peer_count $c)" = $((p0 + 20)) ] || die "cluster $c: the forwarded keys were not forwarded"
 done
 log "$nk keys per side; load average $load0"
+
+if [ "${HOLD:-0}" = 1 ]; then
+	for c in A B; do
+		for i in 1 2 3; do log "$c$i: pid ${pid[$c$i]} http://127.0.0.1:$(($(cbase $c) + i))"; done
+		for s in local fwd; do log "$c $s: BENCH_PATHS=$tmp/$c-$s.paths"; done
+	done
+	log "holding; interrupt to stop"
+	while :; do sleep 1; done
+fi
 
 clk=$(getconf CLK_TCK)
 node_ticks() { # cluster node: utime+stime of one node, in clock ticks
