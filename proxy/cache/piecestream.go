@@ -28,10 +28,14 @@ import (
 // ErrPieceEvicted ends a PieceReader whose next piece is gone.
 var ErrPieceEvicted = errors.New("cache: a piece of the entry was evicted while it was sent")
 
-// PieceReader reads an entry's body from its pieces into a buffer of its
-// own: one piece at a time for Read, pieceBatch for WriteTo, which
-// writes them straight from that buffer. Close returns it to its
-// pool, after which it must not be used.
+// PieceReader reads an entry's body from its pieces: one piece at a
+// time into a buffer of its own for Read, pieceBatch at a time for
+// WriteTo into a batch buffer it borrows while it writes them (batchBufs).
+// A reader blocked mid-answer by a client that does not read holds one
+// piece, unless it is in WriteTo: an HTTP/2 connection's hundred streams
+// (listener's h2 copy) hold a piece each, not a batch
+// each (2,000 such streams held 400 MiB): WritePieces. Close returns it to its pool,
+// after which it must not be used.
 type PieceReader struct {
 	s     *store
 	pk    []byte // piece key; its last 4 bytes are the index
@@ -52,7 +56,13 @@ type PieceReader struct {
 const pieceBatch = 8
 
 var pieceReaders = sync.Pool{New: func() any {
-	return &PieceReader{buf: make([]byte, 0, pieceBatch*pieceSize)}
+	return &PieceReader{buf: make([]byte, 0, pieceSize)}
+}}
+
+// batchBufs are WriteTo's buffers of pieceBatch pieces.
+var batchBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, pieceBatch*pieceSize)
+	return &b
 }}
 
 // Len is the number of bytes left to read.
@@ -104,12 +114,29 @@ func (r *PieceReader) Read(p []byte) (int, error) {
 }
 
 // WriteTo implements io.WriterTo: pieceBatch pieces at a time go to w
-// from r's buffer.
+// from a batch buffer, given back (with r's own restored) on return.
 func (r *PieceReader) WriteTo(w io.Writer) (int64, error) {
+	own, bp := r.buf, batchBufs.Get().(*[]byte)
+	r.buf = (*bp)[:0] // r.cur, if a Read left some, is still in own
+	defer func() {
+		*bp = r.buf[:0]
+		batchBufs.Put(bp)
+		r.buf, r.cur = own[:0], nil // a Read after an error refills from r.pos
+	}()
+	return r.write(w, pieceBatch)
+}
+
+// WritePieces writes what is left of the body to w one piece at a time
+// from r's own buffer: for a writer that splits what it is given anyway
+// (an HTTP/2 stream's frames), where a batch would only be held longer.
+func (r *PieceReader) WritePieces(w io.Writer) (int64, error) { return r.write(w, 1) }
+
+// write writes what is left to w, batch pieces at a time.
+func (r *PieceReader) write(w io.Writer, batch int) (int64, error) {
 	var sent int64
 	for r.pos < r.end {
 		if len(r.cur) == 0 {
-			if err := r.fill(pieceBatch); err != nil {
+			if err := r.fill(batch); err != nil {
 				return sent, err
 			}
 		}

@@ -244,3 +244,65 @@ func BenchmarkStoreStreamPieces(b *testing.B) {
 		r.Close()
 	}
 }
+
+// sizeWriter records the size of every write it is given.
+type sizeWriter struct {
+	bytes.Buffer
+	sizes []int
+}
+
+func (w *sizeWriter) Write(p []byte) (int, error) {
+	w.sizes = append(w.sizes, len(p))
+	return w.Buffer.Write(p)
+}
+
+// TestStreamWriteBatches: WriteTo writes up to pieceBatch pieces at a
+// time and WritePieces one, both the whole body; neither leaves the
+// reader holding more than its own piece buffer afterwards (a reader
+// blocked mid-answer over HTTP/2 holds a piece, not a batch), and a
+// Read's leftover bytes are written first.
+func TestStreamWriteBatches(t *testing.T) {
+	s := newTestStore(t)
+	n := (2*pieceBatch + 3) * pieceSize
+	enc, body := streamEntry(n, 100)
+	key := []byte("batches")
+	s.set(key, enc)
+	for _, tc := range []struct {
+		name     string
+		write    func(r *PieceReader, w io.Writer) (int64, error)
+		maxWrite int
+	}{
+		{"WriteTo", (*PieceReader).WriteTo, pieceBatch * pieceSize},
+		{"WritePieces", (*PieceReader).WritePieces, pieceSize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, r, _ := s.getStream(nil, key, 1)
+			if r == nil {
+				t.Fatal("not streamed")
+			}
+			defer r.Close()
+			head := make([]byte, 1000)
+			if k, err := io.ReadFull(r, head); err != nil || k != len(head) {
+				t.Fatalf("Read = %d, %v", k, err)
+			}
+			w := &sizeWriter{}
+			sent, err := tc.write(r, w)
+			if err != nil || sent != int64(n-len(head)) {
+				t.Fatalf("%s = %d, %v; want %d", tc.name, sent, err, n-len(head))
+			}
+			if got := append(head, w.Bytes()...); !bytes.Equal(got, body) {
+				t.Fatal("body differs")
+			}
+			most := 0
+			for _, k := range w.sizes {
+				most = max(most, k)
+			}
+			if most > tc.maxWrite || len(w.sizes) < n/tc.maxWrite {
+				t.Fatalf("%d writes, the largest %d bytes; want writes of at most %d", len(w.sizes), most, tc.maxWrite)
+			}
+			if cap(r.buf) > pieceSize {
+				t.Fatalf("the reader holds a %d-byte buffer after %s, want at most a piece (%d)", cap(r.buf), tc.name, pieceSize)
+			}
+		})
+	}
+}

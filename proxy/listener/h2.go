@@ -237,7 +237,7 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byt
 		}
 		w.WriteHeader(status)
 		if !head && !noBody {
-			n, err := io.Copy(w, resp.BodyStream())
+			n, err := copyBody(w, resp.BodyStream())
 			return vbuf, err == nil && (cl < 0 || n == int64(cl))
 		}
 		return vbuf, true
@@ -255,6 +255,40 @@ func writeH2Response(w http.ResponseWriter, ctx *fasthttp.RequestCtx, vbuf []byt
 		_, _ = w.Write(body)
 	}
 	return vbuf, true
+}
+
+// piecesWriter is a body stream that writes itself a piece at a time
+// from a buffer of its own (cache.PieceReader).
+type piecesWriter interface {
+	WritePieces(w io.Writer) (int64, error)
+}
+
+// h2CopyBufs are copyBody's buffers.
+var h2CopyBufs = sync.Pool{New: func() any {
+	b := make([]byte, h2CopyBuf)
+	return &b
+}}
+
+// h2CopyBuf is copyBody's buffer: a frame's worth (the default maximum
+// frame size).
+const h2CopyBuf = 16 << 10
+
+// copyBody copies a body stream to an HTTP/2 answer a piece at a time
+// (a memory tier stream: its WritePieces) or through a pooled buffer,
+// never by the stream's WriteTo: a stream blocked mid-answer by a client
+// that does not read (flow control, a full connection) holds one piece
+// or this buffer, not a batch buffer (256 KiB for a memory tier stream),
+// and up to a hundred streams of one connection can be blocked so.
+// io.Copy would also allocate 32 KiB per answer for a stream without
+// WriteTo (a disk hit).
+func copyBody(w io.Writer, r io.Reader) (int64, error) {
+	if pw, ok := r.(piecesWriter); ok {
+		return pw.WritePieces(w)
+	}
+	bp := h2CopyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(w, struct{ io.Reader }{r}, *bp)
+	h2CopyBufs.Put(bp)
+	return n, err
 }
 
 // h2Names are the canonical names of fields shield's answers carry

@@ -374,3 +374,72 @@ func TestH2BodyStreamFailureResetsStream(t *testing.T) {
 		}
 	}
 }
+
+// writeToTrap is a body stream whose WriteTo must not be used.
+type writeToTrap struct {
+	io.Reader
+	t *testing.T
+}
+
+func (w writeToTrap) WriteTo(io.Writer) (int64, error) {
+	w.t.Error("copyBody used the stream's WriteTo")
+	return 0, errors.New("WriteTo")
+}
+
+// piecesStream writes itself in pieces (as cache.PieceReader's
+// WritePieces); its Read must not be used.
+type piecesStream struct {
+	data  []byte
+	piece int
+	t     *testing.T
+}
+
+func (p *piecesStream) Read([]byte) (int, error) {
+	p.t.Error("copyBody read a stream that writes itself in pieces")
+	return 0, io.EOF
+}
+
+func (p *piecesStream) WritePieces(w io.Writer) (int64, error) {
+	var n int64
+	for b := p.data; len(b) > 0; {
+		k, err := w.Write(b[:min(p.piece, len(b))])
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+		b = b[k:]
+	}
+	return n, nil
+}
+
+// sizesWriter records the largest write it is given.
+type sizesWriter struct {
+	bytes.Buffer
+	most int
+}
+
+func (w *sizesWriter) Write(p []byte) (int, error) {
+	w.most = max(w.most, len(p))
+	return w.Buffer.Write(p)
+}
+
+// TestCopyBodyBounded: an HTTP/2 answer's body stream is copied without
+// its WriteTo (which may fill a batch buffer of its own per blocked
+// stream): through copyBody's buffer, writes of at most h2CopyBuf, or by
+// its WritePieces when it has one.
+func TestCopyBodyBounded(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 20000) // 320,000 bytes
+	var w sizesWriter
+	n, err := copyBody(&w, writeToTrap{Reader: bytes.NewReader(data), t: t})
+	if err != nil || n != int64(len(data)) || !bytes.Equal(w.Bytes(), data) {
+		t.Fatalf("copyBody = %d, %v; body equal %v", n, err, bytes.Equal(w.Bytes(), data))
+	}
+	if w.most > h2CopyBuf {
+		t.Errorf("a write of %d bytes, want at most %d", w.most, h2CopyBuf)
+	}
+	w = sizesWriter{}
+	n, err = copyBody(&w, &piecesStream{data: data, piece: 32 << 10, t: t})
+	if err != nil || n != int64(len(data)) || !bytes.Equal(w.Bytes(), data) || w.most != 32<<10 {
+		t.Fatalf("copyBody of a pieces stream = %d, %v; body equal %v, largest write %d", n, err, bytes.Equal(w.Bytes(), data), w.most)
+	}
+}
