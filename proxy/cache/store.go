@@ -100,8 +100,11 @@ func openStore(path string, maxBytes, maxObject int, logger *slog.Logger) *store
 func openCache(path string, maxBytes int, logger *slog.Logger) *store {
 	if err := provisionChunks(maxBytes); err != nil {
 		logger.Warn("memory tier without huge pages", "err", err)
+	} else if mode := thpMode(); mode == "always" || mode == "madvise" {
+		logger.Info("memory tier on huge pages where the kernel allows", "transparent_hugepage", mode)
 	} else {
-		logger.Info("memory tier on huge pages where the kernel allows", "transparent_hugepage", thpMode())
+		// "never", or no transparent huge pages here: the advice is moot.
+		logger.Info("memory tier on normal pages: the kernel gives no transparent huge pages", "transparent_hugepage", mode)
 	}
 	if path != "" {
 		c, err := fastcache.LoadFromFileMaxBytes(path, maxBytes)
