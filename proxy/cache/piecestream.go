@@ -29,13 +29,14 @@ import (
 var ErrPieceEvicted = errors.New("cache: a piece of the entry was evicted while it was sent")
 
 // PieceReader reads an entry's body from its pieces: one piece at a
-// time into a buffer of its own for Read, pieceBatch at a time for
-// WriteTo into a batch buffer it borrows while it writes them (batchBufs).
-// A reader blocked mid-answer by a client that does not read holds one
-// piece, unless it is in WriteTo: an HTTP/2 connection's hundred streams
-// (listener's h2 copy) hold a piece each, not a batch
-// each (2,000 such streams held 400 MiB): WritePieces. Close returns it to its pool,
-// after which it must not be used.
+// time into a buffer of its own for Read and WritePieces, pieceBatch at
+// a time for WriteTo into a batch buffer it borrows while it writes
+// (batchBufs). So a reader blocked mid-answer by a client that does not
+// read holds one piece unless it is in WriteTo: the HTTP/2 listener
+// writes with WritePieces, as up to a hundred streams of one connection
+// may be blocked at once (when every reader carried a batch buffer,
+// 2,000 such streams held 83 MB of them). Close returns it to its
+// pool, after which it must not be used.
 type PieceReader struct {
 	s     *store
 	pk    []byte // piece key; its last 4 bytes are the index
