@@ -36,12 +36,14 @@ type connInfo struct {
 // h2Request is what serving one HTTP/2 request takes besides net/http's
 // own objects. It is pooled, as fasthttp.Server pools its RequestCtx: the
 // response body buffer is kept with it (what the hit path writes into).
+// It is held for as long as the stream's answer is being sent, so what
+// only some requests need (a buffer to read a request body through) is
+// not part of it.
 type h2Request struct {
 	ctx  fasthttp.RequestCtx
 	conn h2Conn
 	tls  h2TLSConn
-	buf  [8 << 10]byte // request body reads
-	vbuf []byte        // response field values, gathered (writeH2Response)
+	vbuf []byte // response field values, gathered (writeH2Response)
 }
 
 var h2Requests = sync.Pool{New: func() any { return new(h2Request) }}
@@ -63,7 +65,7 @@ func (hh *h2Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx.Init2(c, hh.logger, false)
 	ctx.Response.Header.SetNoDefaultContentType(true)
-	if hh.copyRequest(ctx, r, q.buf[:]) {
+	if hh.copyRequest(ctx, r) {
 		hh.h(ctx)
 	}
 	q.conn.finish()
@@ -122,7 +124,7 @@ func touch(b []byte) { b[len(b)-1] = 0 }
 
 // copyRequest copies r into ctx.Request; false when r cannot be served
 // (body over max_body_size, body not read), with the answer in ctx.
-func (hh *h2Handler) copyRequest(ctx *fasthttp.RequestCtx, r *http.Request, buf []byte) bool {
+func (hh *h2Handler) copyRequest(ctx *fasthttp.RequestCtx, r *http.Request) bool {
 	req := &ctx.Request
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.RequestURI)
@@ -141,6 +143,9 @@ func (hh *h2Handler) copyRequest(ctx *fasthttp.RequestCtx, r *http.Request, buf 
 	// ContentLength 0: the stream ended with its headers (or said
 	// Content-Length: 0), there is nothing to read.
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		bp := h2CopyBufs.Get().(*[]byte)
+		defer h2CopyBufs.Put(bp)
+		buf := *bp
 		for {
 			n, err := r.Body.Read(buf)
 			req.AppendBody(buf[:n])
@@ -263,14 +268,15 @@ type piecesWriter interface {
 	WritePieces(w io.Writer) (int64, error)
 }
 
-// h2CopyBufs are copyBody's buffers.
+// h2CopyBufs are copyBody's buffers, and copyRequest's for a request
+// body.
 var h2CopyBufs = sync.Pool{New: func() any {
 	b := make([]byte, h2CopyBuf)
 	return &b
 }}
 
-// h2CopyBuf is copyBody's buffer: a frame's worth (the default maximum
-// frame size).
+// h2CopyBuf is the size of h2CopyBufs: a frame's worth (the default
+// maximum frame size).
 const h2CopyBuf = 16 << 10
 
 // copyBody copies a body stream to an HTTP/2 answer a piece at a time
