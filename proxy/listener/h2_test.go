@@ -266,20 +266,7 @@ func TestH2ContentLength(t *testing.T) {
 		}
 		ctx.SetBody(bytes.Repeat([]byte("x"), n))
 	}
-	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
-		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true,
-		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
-	pub := New(&fasthttp.Server{Handler: h}, s, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = pub.Serve(ln, nil) }()
-	defer func() { _ = pub.Shutdown() }()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	defer tr.CloseIdleConnections()
+	ln, tr := h2cServer(t, h, 1<<10)
 	for _, tc := range []struct {
 		method string
 		n      int
@@ -339,20 +326,7 @@ func TestH2BodyStreamFailureResetsStream(t *testing.T) {
 		}
 		ctx.SetBodyStream(&failingStream{n: good}, cl)
 	}
-	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
-		MaxHeaderSize: 16 << 10, MaxBodySize: 1 << 10, H2C: true,
-		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
-	pub := New(&fasthttp.Server{Handler: h}, s, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = pub.Serve(ln, nil) }()
-	defer func() { _ = pub.Shutdown() }()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	defer tr.CloseIdleConnections()
+	ln, tr := h2cServer(t, h, 1<<10)
 	for _, tc := range []struct {
 		query  string
 		n      int // bytes of a complete body
@@ -459,20 +433,7 @@ func TestH2RequestBody(t *testing.T) {
 		ctx.SetBodyString(strconv.Itoa(len(ctx.PostBody())) + " " + strconv.Itoa(sum) + " " + string(ctx.Request.Header.Peek("Content-Length")))
 	}
 	const maxBody = 5*h2CopyBuf + 100
-	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
-		MaxHeaderSize: 16 << 10, MaxBodySize: maxBody, H2C: true,
-		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
-	pub := New(&fasthttp.Server{Handler: h, MaxRequestBodySize: maxBody}, s, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = pub.Serve(ln, nil) }()
-	defer func() { _ = pub.Shutdown() }()
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: &p}
-	defer tr.CloseIdleConnections()
+	ln, tr := h2cServer(t, h, maxBody)
 	for _, n := range []int{1, h2CopyBuf, 3*h2CopyBuf + 7, maxBody, maxBody + 1} {
 		for _, sized := range []bool{true, false} {
 			body := make([]byte, n)
@@ -503,4 +464,28 @@ func TestH2RequestBody(t *testing.T) {
 			}
 		}
 	}
+}
+
+// h2cServer serves h over cleartext HTTP/2 on a new local listener
+// (max_body_size maxBody, small stream limits) until the test ends, and
+// returns the listener and a transport that speaks HTTP/2 to it.
+func h2cServer(t *testing.T, h fasthttp.RequestHandler, maxBody int) (net.Listener, *http.Transport) {
+	t.Helper()
+	s := config.Server{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second,
+		MaxHeaderSize: 16 << 10, MaxBodySize: config.Size(maxBody), H2C: true,
+		HTTP2Limits: config.HTTP2Limits{MaxConcurrentStreams: 10, MaxFrameSize: 16 << 10, StreamWindow: 64 << 10, ConnectionWindow: 1 << 20}}
+	pub := New(&fasthttp.Server{Handler: h, MaxRequestBodySize: maxBody}, s, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pub.Serve(ln, nil) }()
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		_ = pub.Shutdown()
+	})
+	return ln, tr
 }
