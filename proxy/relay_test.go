@@ -2,13 +2,18 @@ package proxy
 
 import (
 	"bufio"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"
+	"github.com/shield-proxy/shield/proxy/httpx"
 )
 
 // hopRequestHeaders are request fields a proxy must not forward (RFC 9110
@@ -232,4 +237,55 @@ func TestGeneratedResponses(t *testing.T) {
 	if n := o.hits.Load(); n != 0 {
 		t.Fatalf("origin got %d requests, want 0", n)
 	}
+}
+
+// TestStoredHeadersOwned: the stored fields outlive the origin's
+// response (it is released before the entry is encoded), and appending
+// to one field's copy cannot write over the next field's: they share one
+// buffer.
+func TestStoredHeadersOwned(t *testing.T) {
+	resp := fasthttp.AcquireResponse()
+	resp.Header.Set("Content-Type", "application/json")
+	resp.Header.Set("Cache-Control", "max-age=60")
+	resp.Header.Set("Via", "1.1 upstream")
+	resp.Header.Set("Vary", "Accept, X-Lang")
+	resp.Header.Set("Connection", "X-Hop")
+	resp.Header.Set("X-Hop", "dropped")
+	resp.Header.Set("X-Kept", "kept")
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	hs, vary := storedHeaders(resp, now, &route{}, nil)
+	want := map[string]string{
+		"Content-Type":  "application/json",
+		"Cache-Control": "max-age=60",
+		"Vary":          "Accept, X-Lang",
+		"X-Kept":        "kept",
+		"Via":           "1.1 upstream, " + string(httpx.ViaValue),
+		"Date":          "Fri, 04 Dec 2026 12:00:00 GMT",
+	}
+	check := func(when string) {
+		t.Helper()
+		got := map[string]string{}
+		for _, h := range hs {
+			got[string(h.Name)] = string(h.Value)
+		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("%s: stored fields %q, want %q", when, got, want)
+		}
+	}
+	check("as returned")
+	if !slices.EqualFunc(vary, []string{"accept", "x-lang"}, func(a []byte, b string) bool { return string(a) == b }) {
+		t.Errorf("vary = %q, want [accept x-lang]", vary)
+	}
+	// The response's buffers are reused for another answer with fields
+	// of the same sizes (so that they are written in place).
+	resp.Reset()
+	for _, f := range []string{"Content-Type", "Cache-Control", "Via", "Vary", "X-Kept"} {
+		resp.Header.Set(f, strings.Repeat("#", len(want[f])))
+	}
+	fasthttp.ReleaseResponse(resp)
+	check("after the response was reused")
+	for i := range hs {
+		_ = append(hs[i].Value, "XXXXXXXXXXXXXXXX"...)
+	}
+	check("after appending to each value")
 }
