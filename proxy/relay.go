@@ -263,7 +263,7 @@ func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []b
 		hs = append(hs, cache.Header{Name: k, Value: v}) // resp's bytes until copied below
 		size += len(k) + len(v)
 	}
-	size += len(via) + len(httpx.ViaValue) + len("Mon, 02 Jan 2006 15:04:05 GMT")
+	size += len(via) + len(httpx.ViaValue) + stale.HTTPDateLen
 	buf := make([]byte, 0, size)
 	for i := range hs {
 		buf, hs[i].Name = appendOwned(buf, hs[i].Name)

@@ -6,6 +6,10 @@ import "time"
 // net/http.TimeFormat.
 const imfFixdate = "Mon, 02 Jan 2006 15:04:05 GMT"
 
+// HTTPDateLen is the length of what AppendHTTPDate appends (for years
+// 0..9999), for callers that size a buffer before it.
+const HTTPDateLen = len(imfFixdate)
+
 var (
 	shortDays  = [7]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
 	longDays   = [7]string{"sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday"}

@@ -82,3 +82,17 @@ func TestAppendHTTPDate(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPDateLen: what AppendHTTPDate appends is HTTPDateLen bytes, in
+// any zone and on any day (callers size buffers by it).
+func TestHTTPDateLen(t *testing.T) {
+	for _, tm := range []time.Time{
+		time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 12, 4, 23, 59, 59, 999, time.FixedZone("x", -11*3600)),
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+	} {
+		if got := AppendHTTPDate(nil, tm); len(got) != HTTPDateLen {
+			t.Errorf("AppendHTTPDate(%v) = %q, %d bytes, want %d", tm, got, len(got), HTTPDateLen)
+		}
+	}
+}
