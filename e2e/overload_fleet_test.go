@@ -91,14 +91,14 @@ cluster:
 	logged := func(parts ...string) func() bool {
 		return func() bool {
 			out := procs[0].stderr.String() + procs[0].stdout.String()
+		lines:
 			for _, l := range strings.Split(out, "\n") {
-				all := true
 				for _, p := range parts {
-					all = all && strings.Contains(l, p)
+					if !strings.Contains(l, p) {
+						continue lines
+					}
 				}
-				if all {
-					return true
-				}
+				return true
 			}
 			return false
 		}

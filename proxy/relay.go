@@ -270,13 +270,13 @@ func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []b
 		buf, hs[i].Value = appendOwned(buf, hs[i].Value)
 	}
 	// Our Via after the origin's (the buffer has room for both).
-	n := len(buf)
-	buf = append(append(buf, via...), httpx.ViaValue...)
-	hs = append(hs, cache.Header{Name: httpx.HVia, Value: buf[n:len(buf):len(buf)]})
+	var v []byte
+	buf, v = appendOwned(buf, via, httpx.ViaValue)
+	hs = append(hs, cache.Header{Name: httpx.HVia, Value: v})
 	if !hasDate {
-		n = len(buf)
-		buf = stale.AppendHTTPDate(buf, now)
-		hs = append(hs, cache.Header{Name: httpx.HDate, Value: buf[n:len(buf):len(buf)]})
+		var d [stale.HTTPDateLen]byte
+		_, v = appendOwned(buf, stale.AppendHTTPDate(d[:0], now))
+		hs = append(hs, cache.Header{Name: httpx.HDate, Value: v})
 	}
 	slices.SortFunc(vary, bytes.Compare)
 	vary = slices.CompactFunc(vary, bytes.Equal)
@@ -287,11 +287,13 @@ func storedHeaders(resp *fasthttp.Response, now time.Time, rte *route, strip []b
 // fields at first: a typical API answer's dozen, with Via and Date.
 const storedFieldsCap = 16
 
-// appendOwned appends b to buf and returns buf and the copy, capped so
-// that appending to the copy cannot write over what follows it.
-func appendOwned(buf, b []byte) ([]byte, []byte) {
+// appendOwned appends parts to buf and returns buf and their copy,
+// capped so that appending to the copy cannot write over what follows.
+func appendOwned(buf []byte, parts ...[]byte) ([]byte, []byte) {
 	n := len(buf)
-	buf = append(buf, b...)
+	for _, p := range parts {
+		buf = append(buf, p...)
+	}
 	return buf, buf[n:len(buf):len(buf)]
 }
 
