@@ -21,7 +21,9 @@
 #
 # Env: ECON_KEYS (1000000), ECON_REQUESTS (200000), ECON_S (1.0),
 # ECON_MEM ("48 128 384", MiB per node), ECON_CONNS (128), ECON_DELAY (20),
-# ECON_SYSTEMS ("shield nginx varnish"), ECON_PORT_BASE (19200: uses
+# ECON_SYSTEMS ("shield nginx varnish"; shield-solo adds three
+# independent shields, no cluster section: each node's cost without the
+# forwarding hop, against the same stream), ECON_PORT_BASE (19200: uses
 # +0..+39), ECON_OUT (file the markdown section is written to; default
 # stdout), MAX_SECONDS (1500: watchdog), ECON_KEEP (set: keep the temp
 # directory with logs and each shield node's /metrics after its run). Everything it starts is killed by
@@ -71,7 +73,7 @@ log "stream: $plan"
 
 node_port() { echo $((base + 10 * $1 + $2)); } # system-slot(1..3) instance(1..3)
 
-start_shield() { # mem
+start_shield() { # mem [solo]: solo starts three independent nodes (no cluster section)
 	local peers="" i
 	for i in 1 2 3; do peers+="    - { id: n$i, addr: 127.0.0.1:$(($(node_port 3 $i) + 3)) }"$'\n'; done
 	for i in 1 2 3; do
@@ -87,6 +89,8 @@ routes:
     hosts: ["*"]
     path_prefix: /
     origin: bench
+YAML
+		[ "${2:-}" = solo ] || cat >>"$tmp/node$i.yaml" <<YAML
 cluster:
   node_id: n$i
   listen: 127.0.0.1:$(($(node_port 3 $i) + 3))
@@ -100,6 +104,7 @@ YAML
 	done
 	for i in 1 2 3; do wait_http "http://127.0.0.1:$(node_port 2 $i)/readyz"; done
 }
+start_shield-solo() { start_shield "$1" solo; } # mem
 start_nginx() { # mem
 	local i d user=""
 	[ "$(id -u)" -eq 0 ] && user="user root;  # workers need the temp dir; bench only"
@@ -140,7 +145,7 @@ for mem in $mems; do
 		# The peers' failed requests are counted and reported; shield's
 		# fail the run.
 		tol=$nreq
-		[ "$sys" = shield ] && tol=0
+		[[ "$sys" == shield* ]] && tol=0
 		line=$(bin/bench-client zipf "${zargs[@]}" -targets "$targets" -c "$conns" -stats "$stats" -max-errors "$tol" \
 			-prefix "/z/$sys-$mem-$started") || die "zipf on $sys: $line"
 		c1=$(cpu_ticks "${run_pids[@]}")
@@ -169,7 +174,11 @@ done
 	for mem in $mems; do
 		for sys in $systems; do
 			name=$sys
-			[ "$sys" = shield ] && name="shield (3-node cluster)" || name="3 × independent $sys"
+			case $sys in
+			shield) name="shield (3-node cluster)" ;;
+			shield-solo) name="3 × independent shield (no cluster)" ;;
+			*) name="3 × independent $sys" ;;
+			esac
 			echo "| $mem MiB ($((3 * mem)) MiB) | $name | ${E[$sys,$mem,hit_ratio]} | ${E[$sys,$mem,origin_requests]} |" \
 				"${E[$sys,$mem,floor_ratio]} | ${E[$sys,$mem,origin_rps]} | ${E[$sys,$mem,p50_ms]} | ${E[$sys,$mem,p99_ms]} |" \
 				"${E[$sys,$mem,cpu]} | ${E[$sys,$mem,wall_s]} | ${E[$sys,$mem,errors]} |"
