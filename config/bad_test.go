@@ -139,6 +139,7 @@ routes: [{name: r, hosts: ["*"], origin: a}]
 server:
   read_timeout: 0s
   max_body_size: 0
+  max_connections: 0
 cache:
   size: 16MiB
   hit_for_miss: -1s
@@ -149,13 +150,14 @@ routes: [{name: r, hosts: ["*"], origin: a}]
 `, nil, []want{
 			{3, "server.read_timeout", "must be positive"},
 			{4, "server.max_body_size", "must be positive"},
-			{6, "cache.size", "must be at least 32MiB"},
-			{7, "cache.hit_for_miss", "must not be negative"},
-			{8, "cache.max_waiters", "at least 1"},
-			{9, "cache.wait_timeout", "must be positive"},
-			{10, "origins.a.max_concurrency", "at least 1"},
-			{10, "origins.a.connect_timeout", "must be positive"},
-			{10, "origins.a.max_early_hints", "must be in [0, 100], got 101"},
+			{5, "server.max_connections", "must be at least 1, got 0"},
+			{7, "cache.size", "must be at least 32MiB"},
+			{8, "cache.hit_for_miss", "must not be negative"},
+			{9, "cache.max_waiters", "at least 1"},
+			{10, "cache.wait_timeout", "must be positive"},
+			{11, "origins.a.max_concurrency", "at least 1"},
+			{11, "origins.a.connect_timeout", "must be positive"},
+			{11, "origins.a.max_early_hints", "must be in [0, 100], got 101"},
 		}},
 		{"object size", `listen: :80
 cache:

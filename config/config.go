@@ -227,6 +227,10 @@ type Server struct {
 	MaxHeaderSize Size `yaml:"max_header_size"`
 	// MaxBodySize bounds request bodies. Default 4MiB.
 	MaxBodySize Size `yaml:"max_body_size"`
+	// MaxConnections bounds the public listener's open connections
+	// (HTTP/1.1 and HTTP/2 together); past it new ones are refused.
+	// Default 10000.
+	MaxConnections int `yaml:"max_connections"`
 	// DrainTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 15s.
 	DrainTimeout time.Duration `yaml:"drain_timeout"`

@@ -19,9 +19,12 @@ const (
 	defaultWriteTimeout  = 30 * time.Second
 	defaultIdleTimeout   = 60 * time.Second
 	defaultMaxHeaderSize = 16 * KiB
-	defaultMaxBodySize   = 4 * MiB
-	defaultDrainTimeout  = 15 * time.Second
-	defaultHeapFloor     = 64 * MiB
+	// defaultMaxConnections: at ~30 KiB a connection at rest (goroutine,
+	// buffers), 10000 hold ~300 MiB.
+	defaultMaxConnections = 10000
+	defaultMaxBodySize    = 4 * MiB
+	defaultDrainTimeout   = 15 * time.Second
+	defaultHeapFloor      = 64 * MiB
 
 	defaultCacheSize     = 512 * MiB
 	defaultMaxObjectSize = 8 * MiB
@@ -74,6 +77,7 @@ func applyDefaults(c *Config, has func(path string) bool) {
 	setDefault(&s.MaxHeaderSize, has("server.max_header_size"), defaultMaxHeaderSize)
 	setDefault(&s.MaxBodySize, has("server.max_body_size"), defaultMaxBodySize)
 	setDefault(&s.DrainTimeout, has("server.drain_timeout"), defaultDrainTimeout)
+	setDefault(&s.MaxConnections, has("server.max_connections"), defaultMaxConnections)
 	applyHTTP2Defaults(s, has)
 	if s.TLS != nil {
 		setDefault(&s.TLS.MinVersion, has("server.tls.min_version"), defaultTLSMinVersion)

@@ -105,7 +105,7 @@ func TestFullConfig(t *testing.T) {
 		{"admin.listen", c.Admin.Listen, "off"},
 		{"log", c.Log, Log{Level: "debug", Format: "json", Access: AccessLog{Sample: 1}}},
 		{"server", c.Server, Server{ReadTimeout: 5 * time.Second, WriteTimeout: 20 * time.Second, IdleTimeout: 2 * time.Minute,
-			MaxHeaderSize: 32 * KiB, MaxBodySize: 1 * MB, DrainTimeout: 30 * time.Second, TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1"},
+			MaxHeaderSize: 32 * KiB, MaxBodySize: 1 * MB, MaxConnections: 5000, DrainTimeout: 30 * time.Second, TrustedProxies: []string{"10.0.0.0/8", "192.0.2.1"},
 			HTTP2: true, HTTP2Limits: HTTP2Limits{MaxConcurrentStreams: 100, MaxFrameSize: 16 * KiB, StreamWindow: 256 * KiB, ConnectionWindow: MiB},
 			HeapFloor: 64 * MiB, AdaptiveProcs: true}}, // a quarter of cache.size (1GiB), at most 64MiB
 		{"cache", c.Cache, Cache{Size: GiB, MaxObjectSize: 16 * MiB, Path: "/var/lib/shield/cache", HitForMiss: 0,

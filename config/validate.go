@@ -66,6 +66,9 @@ func (d *decoder) validate(c *Config) {
 	d.positive("server.drain_timeout", c.Server.DrainTimeout)
 	d.positiveSize("server.max_header_size", c.Server.MaxHeaderSize)
 	d.positiveSize("server.max_body_size", c.Server.MaxBodySize)
+	if c.Server.MaxConnections < 1 {
+		d.problem("server.max_connections", "must be at least 1, got %d", c.Server.MaxConnections)
+	}
 	if c.Server.HeapFloor < 0 {
 		d.problem("server.heap_floor", "must not be negative (0 turns it off), got %v", c.Server.HeapFloor)
 	}

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/valyala/fasthttp"
 
@@ -119,5 +122,13 @@ func requestError(ctx *fasthttp.RequestCtx, err error) {
 // HTTP/1.x and, with server.http2 or server.h2c, HTTP/2 beside it
 // (proxy/listener).
 func (p *Proxy) NewPublic(s config.Server, logger *slog.Logger) *listener.Public {
-	return listener.New(p.PublicServer(s, logger), s, logger)
+	pub := listener.New(p.PublicServer(s, logger), s, logger)
+	if l := pub.Limit(); l != nil {
+		p.g.set.RegisterMetricsWriter(func(w io.Writer) {
+			metrics.WriteGaugeUint64(w, `shield_connections_open`, uint64(max(0, l.Open())))
+			metrics.WriteGaugeUint64(w, `shield_connections_max`, uint64(l.Max()))
+			metrics.WriteCounterUint64(w, `shield_connections_refused_total`, l.Refused())
+		})
+	}
+	return pub
 }

@@ -46,6 +46,7 @@ type Public struct {
 	lim         limits           // the timeouts plain connections keep (deadline.go)
 	timeouts    [3]time.Duration // read, write, idle: fasthttp's on a TLS listener
 	logger      *slog.Logger
+	limit       *Limit // server.max_connections; nil: none
 
 	mu  sync.Mutex
 	mux *connMux // set by Serve when the listener is shared
@@ -60,6 +61,9 @@ func New(h1 *fasthttp.Server, s config.Server, logger *slog.Logger) *Public {
 		slack:    coarseSlack(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout),
 		timeouts: [3]time.Duration{h1.ReadTimeout, h1.WriteTimeout, h1.IdleTimeout}}
 	pub.lim = newLimits(s.ReadTimeout, s.WriteTimeout, s.IdleTimeout, pub.slack)
+	if s.MaxConnections > 0 { // a loaded configuration's is at least 1
+		pub.limit = NewLimit(s.MaxConnections, logger)
+	}
 	if s.HTTP2 || s.H2C {
 		pub.h2lim = newH2Limits(uint32(s.HTTP2Limits.MaxFrameSize), int(s.MaxHeaderSize))
 		pub.h2 = newH2Server(h1.Handler, h1.ErrorHandler, s, logger)
@@ -113,12 +117,19 @@ func newH2Server(h fasthttp.RequestHandler, onError func(*fasthttp.RequestCtx, e
 	}
 }
 
+// Limit is the listener's connection limit (server.max_connections),
+// nil when it has none.
+func (pub *Public) Limit() *Limit { return pub.limit }
+
 // Serve serves ln until it is closed, over TLS when tc is set. With
 // HTTP/2 off (or plain HTTP without h2c) fasthttp gets the listener
 // directly, exactly as before HTTP/2 existed. On a plain listener with
 // coarse deadlines the connections keep the timeouts (deadline.go) and
 // fasthttp's are off; over TLS fasthttp keeps them.
 func (pub *Public) Serve(ln net.Listener, tc *tls.Config) error {
+	if pub.limit != nil {
+		ln = pub.limit.listen(ln, tc == nil)
+	}
 	h := pub.H1
 	h.ReadTimeout, h.WriteTimeout, h.IdleTimeout = pub.timeouts[0], pub.timeouts[1], pub.timeouts[2]
 	lim := pub.lim

@@ -42,12 +42,18 @@ type Call struct {
 }
 
 // Wrap returns c reading and writing with raw system calls when it is a
-// plain TCP connection (*net.TCPConn), else c itself: a TLS connection,
-// an in-memory one, a wrapper keep their own calls.
+// plain TCP connection (*net.TCPConn, or a TCPWrapper), else c itself: a
+// TLS connection, an in-memory one, another wrapper keep their own calls.
+// A TCPWrapper's reads and writes go to its TCP connection's socket; c
+// itself is kept for everything else (Close, addresses, deadlines).
 func Wrap(c net.Conn) net.Conn {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
-		return c
+		w, isWrapper := c.(TCPWrapper)
+		if !isWrapper {
+			return c
+		}
+		tc = w.TCP()
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {

@@ -15,3 +15,14 @@ func (l Listener) Accept() (net.Conn, error) {
 	}
 	return Wrap(c), nil
 }
+
+// TCPWrapper is a connection that wraps a plain TCP connection without
+// changing its bytes — it may watch its Close (listener.Limit counts open
+// connections that way) — so its reads and writes may go straight to
+// the socket: Wrap treats it as the TCP connection it holds.
+type TCPWrapper interface {
+	net.Conn
+	// TCP is the wrapped connection, whose Read and Write the wrapper's
+	// are.
+	TCP() *net.TCPConn
+}
