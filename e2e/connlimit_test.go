@@ -39,11 +39,7 @@ func adminValue(t *testing.T, admin, metric string) float64 {
 	if err != nil || r.status != http.StatusOK {
 		t.Fatalf("GET /metrics: %v %v", r, err)
 	}
-	v, ok := promText(r.body).value(metric)
-	if !ok {
-		t.Fatalf("%s missing from /metrics", metric)
-	}
-	return v
+	return mustPlain(t, []byte(r.body), metric)
 }
 
 // TestConnectionLimit: with server.max_connections: 2, two clients that

@@ -108,24 +108,34 @@ func (l *Limit) refuse(c net.Conn, plain bool) {
 // raw calls (rawio.TCPWrapper); anything else as a countedConn.
 func (l *Limit) track(c net.Conn) net.Conn {
 	if tc, ok := c.(*net.TCPConn); ok {
-		return &countedTCP{TCPConn: tc, l: l}
+		return &countedTCP{TCPConn: tc, place: place{l: l}}
 	}
-	return &countedConn{Conn: c, l: l}
+	return &countedConn{Conn: c, place: place{l: l}}
+}
+
+// place is an admitted connection's place under its limit, given back
+// once however often the connection is closed.
+type place struct {
+	l        *Limit
+	released atomic.Bool
+}
+
+func (p *place) release() {
+	if p.released.CompareAndSwap(false, true) {
+		p.l.open.Add(-1)
+	}
 }
 
 // countedTCP is an admitted TCP connection: its methods are the
 // connection's (SyscallConn included, for sendfile and raw calls), its
-// Close also frees its place under the limit, once.
+// Close also gives its place back.
 type countedTCP struct {
 	*net.TCPConn
-	l      *Limit
-	closed atomic.Bool
+	place
 }
 
 func (c *countedTCP) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.l.open.Add(-1)
-	}
+	c.release()
 	return c.TCPConn.Close()
 }
 
@@ -135,13 +145,10 @@ func (c *countedTCP) TCP() *net.TCPConn { return c.TCPConn }
 // countedConn is an admitted connection of another kind (tests' pipes).
 type countedConn struct {
 	net.Conn
-	l      *Limit
-	closed atomic.Bool
+	place
 }
 
 func (c *countedConn) Close() error {
-	if c.closed.CompareAndSwap(false, true) {
-		c.l.open.Add(-1)
-	}
+	c.release()
 	return c.Conn.Close()
 }
