@@ -15,6 +15,8 @@
 //	public.go  Public, New: the servers, Serve (shared or plain), graceful shutdown
 //	mux.go     sorting accepted connections: TLS ALPN, or the h2c preface or an
 //	           HTTP/1.x request line (else closed), replayed bytes
+//	limit.go   Limit: server.max_connections, open connections counted below TLS and
+//	           sorting, refused past it (503 on plain HTTP, closed over TLS)
 //	deadline.go  coarse deadlines: plain connections keep the read, write and idle timeouts, armed lazily, slack late
 //	sendfile.go  FileSection: a body that is a file's section, sent with sendfile at its offset
 //	sendfile_linux.go  raw socket calls of a plain connection: read, write, writev and sendfile(2)

@@ -33,7 +33,8 @@
 //	               Conn, Wrap: a TCP connection whose Read and Write are raw
 //	               calls from its RawConn's callbacks, bound once (no allocation)
 //	conn_other.go  Wrap elsewhere: the connection itself
-//	listener.go    Listener: accepted connections wrapped, for TLS over raw calls
+//	listener.go    Listener: accepted connections wrapped, for TLS over raw calls;
+//	               TCPWrapper: a wrapper Wrap treats as the TCP connection it holds
 //	ready_linux.go Watch: a socket's readiness from the process's own epoll
 //	               instance, so a connection between requests reads only once
 //	               its next request came (no read that finds nothing)
