@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,15 +49,19 @@ func adminValue(t *testing.T, admin, metric string) float64 {
 // answered 503 (Retry-After, closed) without reaching the handler,
 // counted and logged, while the admin listener still answers; once one
 // of the two closes, a new connection is served, and the other's
-// connection was never disturbed.
+// connection was never disturbed. A reload to 3 admits a third.
 func TestConnectionLimit(t *testing.T) {
 	t.Parallel()
 	originAddr := freeAddr(t)
 	origin := startProcess(t, "demo-origin", binPath(t, "demo-origin"), "-listen", originAddr)
 	origin.waitReady(t, "http://"+originAddr+"/__origin/stats")
 	listen, admin := freeAddr(t), freeAddr(t)
-	sh := startShieldWith(t, admin, shieldYAML(listen, admin, fmt.Sprintf(`servers: ["%s"]`, originAddr),
-		"server: { max_connections: 2 }\n"))
+	conf := func(n int) string {
+		return shieldYAML(listen, admin, fmt.Sprintf(`servers: ["%s"]`, originAddr), fmt.Sprintf("server: { max_connections: %d }\n", n))
+	}
+	path := writeFile(t, "shield.yaml", conf(2))
+	sh := startProcess(t, "shield", binPath(t, "shield"), "-config", path)
+	sh.waitReady(t, "http://"+admin+"/readyz")
 	if got := adminValue(t, admin, "shield_connections_max"); got != 2 {
 		t.Fatalf("shield_connections_max = %v, want 2", got)
 	}
@@ -110,6 +116,18 @@ func TestConnectionLimit(t *testing.T) {
 	}
 	if got := adminValue(t, admin, "shield_connections_refused_total"); got != 1 {
 		t.Fatalf("shield_connections_refused_total = %v after, want 1", got)
+	}
+
+	// A reload moves the limit: with c2 and c4 held, a third connection
+	// is served once the file says 3.
+	if err := os.WriteFile(path, []byte(conf(3)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sh.signal(t, syscall.SIGHUP)
+	eventually(t, "the reloaded limit", func() bool { return adminValue(t, admin, "shield_connections_max") == 3 })
+	c5, r5 := dial()
+	if resp, _ := connRequest(t, c5, r5, "/limit/reloaded"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a third connection under the reloaded limit: status %d", resp.StatusCode)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/shield-proxy/shield/config"
 	"github.com/shield-proxy/shield/proxy/cache"
 	"github.com/shield-proxy/shield/proxy/cluster"
+	"github.com/shield-proxy/shield/proxy/listener"
 	"github.com/shield-proxy/shield/proxy/upstream"
 	"github.com/shield-proxy/shield/routing"
 	"github.com/shield-proxy/shield/stale"
@@ -43,6 +44,10 @@ type Proxy struct {
 	// rt is the configuration in force. Readers load it once per request
 	// and never lock; Apply builds a new value and swaps it.
 	rt atomic.Pointer[runtimeConfig]
+	// connLimit is the public listener's connection limit
+	// (server.max_connections, NewPublic), which Apply moves; nil until
+	// the listener exists.
+	connLimit atomic.Pointer[listener.Limit]
 
 	ready    atomic.Bool
 	requests atomic.Uint64 // for access-log sampling
@@ -239,6 +244,9 @@ func (p *Proxy) Apply(cfg *config.Config) error {
 	}
 	rt.table = table
 	p.rt.Store(rt)
+	if l := p.connLimit.Load(); l != nil {
+		l.SetMax(cfg.Server.MaxConnections)
+	}
 	return nil
 }
 

@@ -124,6 +124,7 @@ func requestError(ctx *fasthttp.RequestCtx, err error) {
 func (p *Proxy) NewPublic(s config.Server, logger *slog.Logger) *listener.Public {
 	pub := listener.New(p.PublicServer(s, logger), s, logger)
 	if l := pub.Limit(); l != nil {
+		p.connLimit.Store(l)
 		p.g.set.RegisterMetricsWriter(func(w io.Writer) {
 			metrics.WriteGaugeUint64(w, `shield_connections_open`, uint64(max(0, l.Open())))
 			metrics.WriteGaugeUint64(w, `shield_connections_max`, uint64(l.Max()))

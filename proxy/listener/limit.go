@@ -20,7 +20,7 @@ import (
 // per refusalLogEvery. The count is of connections, not requests, and
 // is taken below TLS and protocol sorting, so HTTP/1.1 and HTTP/2 share it.
 type Limit struct {
-	max     int64
+	max     atomic.Int64 // moved by a reload (SetMax)
 	open    atomic.Int64
 	refused atomic.Uint64
 	logged  atomic.Int64 // unix nanoseconds of the last refusal logged
@@ -46,8 +46,15 @@ func NewLimit(n int, logger *slog.Logger) *Limit {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Limit{max: int64(max(1, n)), logger: logger}
+	l := &Limit{logger: logger}
+	l.SetMax(n)
+	return l
 }
+
+// SetMax moves the limit to n (at least 1), as a reload does: lowered
+// below the connections open, it closes none of them and refuses new
+// ones until they are fewer.
+func (l *Limit) SetMax(n int) { l.max.Store(int64(max(1, n))) }
 
 // Open is the number of connections open now.
 func (l *Limit) Open() int64 { return l.open.Load() }
@@ -56,7 +63,7 @@ func (l *Limit) Open() int64 { return l.open.Load() }
 func (l *Limit) Refused() uint64 { return l.refused.Load() }
 
 // Max is the limit.
-func (l *Limit) Max() int64 { return l.max }
+func (l *Limit) Max() int64 { return l.max.Load() }
 
 // listen wraps ln: its connections count against l until closed, and
 // those over the limit are refused (answered when plain is true).
@@ -79,7 +86,7 @@ func (ll *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) <= l.max {
+		if l.open.Add(1) <= l.max.Load() {
 			return l.track(c), nil
 		}
 		l.open.Add(-1)
@@ -99,7 +106,7 @@ func (l *Limit) refuse(c net.Conn, plain bool) {
 	last := l.logged.Load()
 	if now-last >= int64(refusalLogEvery) && l.logged.CompareAndSwap(last, now) {
 		l.logger.Warn("connection refused: server.max_connections reached",
-			"max_connections", l.max, "refused_total", n, "remote", c.RemoteAddr().String())
+			"max_connections", l.Max(), "refused_total", n, "remote", c.RemoteAddr().String())
 	}
 }
 

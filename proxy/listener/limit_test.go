@@ -105,6 +105,20 @@ func TestLimitRefusesPastMax(t *testing.T) {
 	if l.Open() != 2 || l.Refused() != 1 {
 		t.Fatalf("after a place freed: open %d refused %d, want 2 and 1", l.Open(), l.Refused())
 	}
+
+	// A reload raises it: a third is admitted; lowered below the open
+	// count, it closes nothing and refuses the next.
+	l.SetMax(3)
+	dialLimit(t, addr)
+	admittedConn(t, ch)
+	l.SetMax(1)
+	c := dialLimit(t, addr)
+	if n, _ := c.Read(make([]byte, 1)); n != 1 {
+		t.Fatal("a connection past the lowered limit got no answer")
+	}
+	if l.Open() != 3 || l.Refused() != 2 || l.Max() != 1 {
+		t.Fatalf("after lowering: open %d refused %d max %d, want 3, 2 and 1", l.Open(), l.Refused(), l.Max())
+	}
 }
 
 // TestLimitTLSClosesSilently: on a TLS listener (plain false) a refused
