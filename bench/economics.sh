@@ -21,9 +21,10 @@
 #
 # Env: ECON_KEYS (1000000), ECON_REQUESTS (200000), ECON_S (1.0),
 # ECON_MEM ("48 128 384", MiB per node), ECON_CONNS (128), ECON_DELAY (20),
-# ECON_SYSTEMS ("shield nginx varnish"; shield-solo adds three
-# independent shields, no cluster section: each node's cost without the
-# forwarding hop, against the same stream), ECON_PORT_BASE (19200: uses
+# ECON_SYSTEMS ("shield shield-solo nginx varnish"; shield-solo is three
+# independent shields, no cluster section: a node's cost without the
+# forwarding hop, against the same stream, so the cluster's excess over
+# it is what the hop costs — its own table), ECON_PORT_BASE (19200: uses
 # +0..+39), ECON_OUT (file the markdown section is written to; default
 # stdout), MAX_SECONDS (1500: watchdog), ECON_KEEP (set: keep the temp
 # directory with logs and each shield node's /metrics after its run). Everything it starts is killed by
@@ -32,7 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 keys=${ECON_KEYS:-1000000} nreq=${ECON_REQUESTS:-200000} zs=${ECON_S:-1.0}
 mems=${ECON_MEM:-48 128 384} conns=${ECON_CONNS:-128} delay=${ECON_DELAY:-20}
-systems=${ECON_SYSTEMS:-shield nginx varnish} base=${ECON_PORT_BASE:-19200}
+systems=${ECON_SYSTEMS:-shield shield-solo nginx varnish} base=${ECON_PORT_BASE:-19200}
 origin_port=$base
 started=$(date +%s)
 log() { printf '%s econ: %s\n' "$(date +%T)" "$*" >&2; }
@@ -195,6 +196,21 @@ done
 			[[ " $systems " == *" varnish "* ]] && rv=$(awk -v a="${E[shield,$mem,origin_requests]}" -v b="${E[varnish,$mem,origin_requests]}" 'BEGIN { printf "%.2f", a / b }') &&
 				best=$(awk -v a="$best" -v b="${E[varnish,$mem,hit_ratio]}" 'BEGIN { print (a > b ? a : b) }')
 			echo "| $mem MiB | $rn | $rv | $(awk -v a="${E[shield,$mem,hit_ratio]}" -v b="$best" 'BEGIN { printf "%+.3f", a - b }') |"
+		done
+	fi
+	if [[ " $systems " == *" shield "* && " $systems " == *" shield-solo "* ]]; then
+		echo
+		echo "What the hop costs: the cluster against three independent shields (no cluster section) on the same stream;" \
+			"two requests in three are forwarded."
+		echo
+		echo "| memory per node | independent shield CPU/req ÷ nginx's | cluster − independent shield, CPU µs/req | per forwarded request | cluster origin requests ÷ independent shield's |"
+		echo "|---|---|---|---|---|"
+		for mem in $mems; do
+			rn=—
+			[[ " $systems " == *" nginx "* ]] && rn=$(awk -v a="${E[shield-solo,$mem,cpu]}" -v b="${E[nginx,$mem,cpu]}" 'BEGIN { printf "%.2f", a / b }')
+			echo "| $mem MiB | $rn |" \
+				"$(awk -v a="${E[shield,$mem,cpu]}" -v b="${E[shield-solo,$mem,cpu]}" 'BEGIN { printf "%.1f | %.1f", a - b, (a - b) * 3 / 2 }') |" \
+				"$(awk -v a="${E[shield,$mem,origin_requests]}" -v b="${E[shield-solo,$mem,origin_requests]}" 'BEGIN { printf "%.2f", a / b }') |"
 		done
 	fi
 	echo
