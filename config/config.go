@@ -228,8 +228,8 @@ type Server struct {
 	// MaxBodySize bounds request bodies. Default 4MiB.
 	MaxBodySize Size `yaml:"max_body_size"`
 	// MaxConnections bounds the public listener's open connections
-	// (HTTP/1.1 and HTTP/2 together); past it new ones are refused.
-	// Default 10000.
+	// (HTTP/1.1 and HTTP/2 together); past it new ones are refused. A
+	// reload moves it. Default 10000.
 	MaxConnections int `yaml:"max_connections"`
 	// DrainTimeout bounds the wait for in-flight requests on SIGTERM.
 	// Default 15s.
