@@ -66,9 +66,7 @@ func (d *decoder) validate(c *Config) {
 	d.positive("server.drain_timeout", c.Server.DrainTimeout)
 	d.positiveSize("server.max_header_size", c.Server.MaxHeaderSize)
 	d.positiveSize("server.max_body_size", c.Server.MaxBodySize)
-	if c.Server.MaxConnections < 1 {
-		d.problem("server.max_connections", "must be at least 1, got %d", c.Server.MaxConnections)
-	}
+	d.atLeastOne("server.max_connections", c.Server.MaxConnections)
 	if c.Server.HeapFloor < 0 {
 		d.problem("server.heap_floor", "must not be negative (0 turns it off), got %v", c.Server.HeapFloor)
 	}
@@ -119,9 +117,7 @@ func (d *decoder) validateCache(c *Cache) {
 		}
 	}
 	d.nonNegative("cache.hit_for_miss", c.HitForMiss)
-	if c.MaxWaiters < 1 {
-		d.problem("cache.max_waiters", "must be at least 1, got %d", c.MaxWaiters)
-	}
+	d.atLeastOne("cache.max_waiters", c.MaxWaiters)
 	d.positive("cache.wait_timeout", c.WaitTimeout)
 }
 
@@ -171,9 +167,7 @@ func (d *decoder) validateOrigins(origins map[string]*Origin) {
 		}
 		d.positive(p+".timeout", o.Timeout)
 		d.positive(p+".connect_timeout", o.ConnectTimeout)
-		if o.MaxConcurrency < 1 {
-			d.problem(p+".max_concurrency", "must be at least 1, got %d", o.MaxConcurrency)
-		}
+		d.atLeastOne(p+".max_concurrency", o.MaxConcurrency)
 		d.positiveSize(p+".max_response_header_size", o.MaxResponseHeaderSize)
 		if o.MaxEarlyHints < 0 || o.MaxEarlyHints > 100 {
 			d.problem(p+".max_early_hints", "must be in [0, 100], got %d", o.MaxEarlyHints)
@@ -474,6 +468,13 @@ func (d *decoder) positive(path string, v time.Duration) {
 func (d *decoder) nonNegative(path string, v time.Duration) {
 	if v < 0 {
 		d.problem(path, "must not be negative, got %v", v)
+	}
+}
+
+// atLeastOne checks a count: connections, waiters, fetches.
+func (d *decoder) atLeastOne(path string, v int) {
+	if v < 1 {
+		d.problem(path, "must be at least 1, got %d", v)
 	}
 }
 

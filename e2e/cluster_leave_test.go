@@ -61,7 +61,7 @@ func (k *keepAliveConn) get(path string) (result, error) {
 	if err != nil {
 		return result{}, fmt.Errorf("GET %s: read body: %w", path, err)
 	}
-	return result{status: resp.StatusCode, header: resp.Header, body: body}, nil
+	return result{status: resp.StatusCode, header: resp.Header, body: body, closing: resp.Close}, nil
 }
 
 // consulLag stands between some shields and the Consul agent: while held,

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -14,24 +13,6 @@ import (
 
 	"github.com/shield-proxy/shield/config"
 )
-
-// connRequest sends one GET on c and reads its answer.
-func connRequest(t *testing.T, c net.Conn, br *bufio.Reader, path string) (*http.Response, string) {
-	t.Helper()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: example.com\r\n\r\n", path); err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s body: %v", path, err)
-	}
-	return resp, string(body)
-}
 
 // adminValue is an unlabelled metric's sample from admin's /metrics
 // (failing t when it is absent).
@@ -66,33 +47,30 @@ func TestConnectionLimit(t *testing.T) {
 		t.Fatalf("shield_connections_max = %v, want 2", got)
 	}
 
-	dial := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", listen)
+	// get is one GET on k, which must answer.
+	get := func(k *keepAliveConn, path string) result {
+		t.Helper()
+		r, err := k.get(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c, bufio.NewReader(c)
+		return r
 	}
-	c1, r1 := dial()
-	c2, r2 := dial()
-	for i, cr := range []struct {
-		c net.Conn
-		r *bufio.Reader
-	}{{c1, r1}, {c2, r2}} {
-		if resp, _ := connRequest(t, cr.c, cr.r, "/limit/held"); resp.StatusCode != http.StatusOK {
-			t.Fatalf("held connection %d: status %d", i+1, resp.StatusCode)
+	k1, k2 := dialKeepAlive(t, listen), dialKeepAlive(t, listen)
+	for i, k := range []*keepAliveConn{k1, k2} {
+		if r := get(k, "/limit/held"); r.status != http.StatusOK {
+			t.Fatalf("held connection %d: status %d", i+1, r.status)
 		}
 	}
 	eventually(t, "two connections open", func() bool { return adminValue(t, admin, "shield_connections_open") == 2 })
 
-	c3, r3 := dial()
-	resp, body := connRequest(t, c3, r3, "/limit/refused")
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !resp.Close ||
-		!strings.Contains(body, "connection limit") {
-		t.Fatalf("third connection: %d %v %q, want 503 with Retry-After: 1 and Connection: close", resp.StatusCode, resp.Header, body)
+	k3 := dialKeepAlive(t, listen)
+	r := get(k3, "/limit/refused")
+	if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "1" || !r.closing ||
+		!strings.Contains(string(r.body), "connection limit") {
+		t.Fatalf("third connection: %d %v %q, want 503 with Retry-After: 1 and Connection: close", r.status, r.header, r.body)
 	}
-	if _, err := r3.ReadByte(); err == nil {
+	if _, err := k3.br.ReadByte(); err == nil {
 		t.Fatal("the refused connection stayed open")
 	}
 	if got := adminValue(t, admin, "shield_connections_refused_total"); got != 1 {
@@ -105,29 +83,27 @@ func TestConnectionLimit(t *testing.T) {
 		return strings.Contains(sh.stderr.String(), "server.max_connections reached")
 	})
 
-	_ = c1.Close()
+	_ = k1.c.Close()
 	eventually(t, "one connection open", func() bool { return adminValue(t, admin, "shield_connections_open") == 1 })
-	c4, r4 := dial()
-	if resp, _ := connRequest(t, c4, r4, "/limit/after"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("a connection after one closed: status %d", resp.StatusCode)
+	if r := get(dialKeepAlive(t, listen), "/limit/after"); r.status != http.StatusOK {
+		t.Fatalf("a connection after one closed: status %d", r.status)
 	}
-	if resp, _ := connRequest(t, c2, r2, "/limit/held"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("the held connection's second request: status %d", resp.StatusCode)
+	if r := get(k2, "/limit/held"); r.status != http.StatusOK {
+		t.Fatalf("the held connection's second request: status %d", r.status)
 	}
 	if got := adminValue(t, admin, "shield_connections_refused_total"); got != 1 {
 		t.Fatalf("shield_connections_refused_total = %v after, want 1", got)
 	}
 
-	// A reload moves the limit: with c2 and c4 held, a third connection
+	// A reload moves the limit: with two connections held, a third connection
 	// is served once the file says 3.
 	if err := os.WriteFile(path, []byte(conf(3)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sh.signal(t, syscall.SIGHUP)
 	eventually(t, "the reloaded limit", func() bool { return adminValue(t, admin, "shield_connections_max") == 3 })
-	c5, r5 := dial()
-	if resp, _ := connRequest(t, c5, r5, "/limit/reloaded"); resp.StatusCode != http.StatusOK {
-		t.Fatalf("a third connection under the reloaded limit: status %d", resp.StatusCode)
+	if r := get(dialKeepAlive(t, listen), "/limit/reloaded"); r.status != http.StatusOK {
+		t.Fatalf("a third connection under the reloaded limit: status %d", r.status)
 	}
 }
 

@@ -126,6 +126,10 @@ type result struct {
 	status int
 	header http.Header
 	body   []byte
+	// closing: the answer said Connection: close (net/http takes the
+	// field out of header into Response.Close); set where a raw
+	// connection's answer is read (keepAliveConn.get).
+	closing bool
 }
 
 func (r result) String() string {

@@ -7,7 +7,6 @@ import (
 	"net"
 
 	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/shield-proxy/shield/config"

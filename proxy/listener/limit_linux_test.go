@@ -13,9 +13,7 @@ import (
 // whose Close frees the place.
 func TestLimitKeepsRawCalls(t *testing.T) {
 	l := NewLimit(4, nil)
-	addr, ch := limitServer(t, l, true)
-	client := dialLimit(t, addr)
-	c := admittedConn(t, ch)
+	client, c := newLimitServer(t, l, true).admit(t)
 	if _, ok := c.(syscall.Conn); !ok {
 		t.Fatalf("admitted %T has no descriptor", c)
 	}

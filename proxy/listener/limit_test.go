@@ -9,9 +9,14 @@ import (
 	"time"
 )
 
-// limitServer accepts from a listener under l, handing admitted
-// connections to the test.
-func limitServer(t *testing.T, l *Limit, plain bool) (addr string, admitted <-chan net.Conn) {
+// limitServer is a listener under a Limit, accepting on its own: the
+// connections it admits reach the test on admitted.
+type limitServer struct {
+	addr     string
+	admitted <-chan net.Conn
+}
+
+func newLimitServer(t *testing.T, l *Limit, plain bool) limitServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,12 +35,13 @@ func limitServer(t *testing.T, l *Limit, plain bool) (addr string, admitted <-ch
 			ch <- c
 		}
 	}()
-	return ln.Addr().String(), ch
+	return limitServer{addr: ln.Addr().String(), admitted: ch}
 }
 
-func dialLimit(t *testing.T, addr string) net.Conn {
+// dial opens a client connection to the server.
+func (s limitServer) dial(t *testing.T) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,15 +50,17 @@ func dialLimit(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-func admittedConn(t *testing.T, ch <-chan net.Conn) net.Conn {
+// admit dials and returns both ends of a connection the limit admits.
+func (s limitServer) admit(t *testing.T) (client, server net.Conn) {
 	t.Helper()
+	client = s.dial(t)
 	select {
-	case c := <-ch:
+	case c := <-s.admitted:
 		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return client, c
 	case <-time.After(5 * time.Second):
 		t.Fatal("no connection admitted")
-		return nil
+		return nil, nil
 	}
 }
 
@@ -61,16 +69,14 @@ func admittedConn(t *testing.T, ch <-chan net.Conn) net.Conn {
 // admitted one (twice) frees exactly one place, which the next takes.
 func TestLimitRefusesPastMax(t *testing.T) {
 	l := NewLimit(2, nil)
-	addr, ch := limitServer(t, l, true)
-	dialLimit(t, addr)
-	dialLimit(t, addr)
-	a1 := admittedConn(t, ch)
-	admittedConn(t, ch)
+	srv := newLimitServer(t, l, true)
+	_, a1 := srv.admit(t)
+	srv.admit(t)
 	if got := l.Open(); got != 2 {
 		t.Fatalf("open = %d, want 2", got)
 	}
 
-	c3 := dialLimit(t, addr)
+	c3 := srv.dial(t)
 	if _, err := c3.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +96,7 @@ func TestLimitRefusesPastMax(t *testing.T) {
 		t.Fatalf("refused %d, open %d; want 1 and 2", l.Refused(), l.Open())
 	}
 	select {
-	case c := <-ch:
+	case c := <-srv.admitted:
 		t.Fatalf("refused connection reached the server: %v", c.RemoteAddr())
 	default:
 	}
@@ -100,8 +106,7 @@ func TestLimitRefusesPastMax(t *testing.T) {
 	if got := l.Open(); got != 1 {
 		t.Fatalf("open after closing one twice = %d, want 1", got)
 	}
-	dialLimit(t, addr)
-	admittedConn(t, ch)
+	srv.admit(t)
 	if l.Open() != 2 || l.Refused() != 1 {
 		t.Fatalf("after a place freed: open %d refused %d, want 2 and 1", l.Open(), l.Refused())
 	}
@@ -109,10 +114,9 @@ func TestLimitRefusesPastMax(t *testing.T) {
 	// A reload raises it: a third is admitted; lowered below the open
 	// count, it closes nothing and refuses the next.
 	l.SetMax(3)
-	dialLimit(t, addr)
-	admittedConn(t, ch)
+	srv.admit(t)
 	l.SetMax(1)
-	c := dialLimit(t, addr)
+	c := srv.dial(t)
 	if n, _ := c.Read(make([]byte, 1)); n != 1 {
 		t.Fatal("a connection past the lowered limit got no answer")
 	}
@@ -125,10 +129,9 @@ func TestLimitRefusesPastMax(t *testing.T) {
 // connection gets no bytes, only the close.
 func TestLimitTLSClosesSilently(t *testing.T) {
 	l := NewLimit(1, nil)
-	addr, ch := limitServer(t, l, false)
-	dialLimit(t, addr)
-	admittedConn(t, ch)
-	c := dialLimit(t, addr)
+	srv := newLimitServer(t, l, false)
+	srv.admit(t)
+	c := srv.dial(t)
 	b, err := io.ReadAll(c)
 	if len(b) != 0 {
 		t.Fatalf("refused TLS connection got %q (%v)", b, err)
